@@ -1,0 +1,3 @@
+module github.com/efakit/efakit
+
+go 1.26.8

@@ -1,0 +1,288 @@
+// Package sysfs opens a Linux sysfs tree, live or captured, and reads it
+// safely: every symbolic link is resolved inside the root, a link that leaves
+// the root, loops or dangles is an error for that entry, and no file is read
+// without a size bound.
+//
+// Every path in this package is relative to the sysfs root and slash
+// separated: "bus/pci/devices", never "/sys/bus/pci/devices". The live
+// machine is Open("/sys"); a capture file written by Snapshot is Open of that
+// file. Both give an fs.ReadLinkFS that the other packages of efakit read
+// through a Reader.
+package sysfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+)
+
+// MaxFileSize bounds every read. sysfs text attributes are at most one page
+// (4 KiB); a file larger than this is damage, not data, and is reported with
+// ErrTooLarge instead of being cut silently.
+const MaxFileSize = 64 << 10
+
+// maxLinkHops is the number of symbolic links followed while resolving one
+// path, as the kernel's MAXSYMLINKS.
+const maxLinkHops = 40
+
+// Errors a caller can branch on. They are wrapped in a *fs.PathError that
+// names the offending entry.
+var (
+	// ErrEscapesRoot: a symbolic link (or "..") points outside the root.
+	ErrEscapesRoot = errors.New("link leaves the sysfs root")
+	// ErrLinkLoop: more than 40 links were followed while resolving a path.
+	ErrLinkLoop = errors.New("too many levels of symbolic links")
+	// ErrDanglingLink: a symbolic link points at nothing. It also matches
+	// fs.ErrNotExist.
+	ErrDanglingLink = fmt.Errorf("dangling symbolic link: %w", fs.ErrNotExist)
+	// ErrTooLarge: a file holds more than MaxFileSize bytes.
+	ErrTooLarge = fmt.Errorf("file larger than %d bytes", MaxFileSize)
+)
+
+// Reader reads one sysfs root. It remembers what it has learned about the
+// tree (which entries are links, where they point, what a directory holds),
+// so one discovery never asks the file system the same question twice.
+// A Reader is meant for one discovery pass and is not safe for concurrent
+// use; create a new one for each pass so that changes on a live machine are
+// seen.
+type Reader struct {
+	fsys fs.ReadLinkFS
+	// kind caches the type of an entry whose parent is fully resolved:
+	// fs.ModeSymlink, fs.ModeDir, or 0 for a regular file.
+	kind map[string]fs.FileMode
+	// link caches the target of a symbolic link.
+	link map[string]string
+	// real caches the resolved form of a path.
+	real map[string]string
+	// dirs caches directory listings by resolved path.
+	dirs map[string][]fs.DirEntry
+}
+
+// NewReader returns a Reader of fsys.
+func NewReader(fsys fs.ReadLinkFS) *Reader {
+	return &Reader{
+		fsys: fsys,
+		kind: make(map[string]fs.FileMode),
+		link: make(map[string]string),
+		real: make(map[string]string),
+		dirs: make(map[string][]fs.DirEntry),
+	}
+}
+
+// FS returns the file system the Reader reads.
+func (r *Reader) FS() fs.ReadLinkFS { return r.fsys }
+
+// Resolve returns the path of name with every symbolic link resolved, all
+// inside the root. The result names the entry itself; when name is a link to
+// nothing, Resolve fails with ErrDanglingLink.
+func (r *Reader) Resolve(name string) (string, error) {
+	if p, ok := r.real[name]; ok {
+		return p, nil
+	}
+	if !fs.ValidPath(name) {
+		return "", &fs.PathError{Op: "resolve", Path: name, Err: fs.ErrInvalid}
+	}
+	p, err := r.resolve(name)
+	if err != nil {
+		return "", err
+	}
+	r.real[name] = p
+	return p, nil
+}
+
+func (r *Reader) resolve(name string) (string, error) {
+	todo := splitPath(name)
+	var cur []string // resolved components
+	hops := 0
+	via := "" // the last link followed, for error messages
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrEscapesRoot, via)}
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		p := path.Join(path.Join(cur...), c)
+		k, err := r.kindOf(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && via != "" {
+				return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrDanglingLink, via)}
+			}
+			return "", &fs.PathError{Op: "resolve", Path: name, Err: err}
+		}
+		if k != fs.ModeSymlink {
+			if len(todo) > 0 && k != fs.ModeDir {
+				return "", &fs.PathError{Op: "resolve", Path: name, Err: fmt.Errorf("%s is not a directory", p)}
+			}
+			cur = append(cur, c)
+			continue
+		}
+		hops++
+		if hops > maxLinkHops {
+			return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrLinkLoop, p)}
+		}
+		target, err := r.readLink(p)
+		if err != nil {
+			return "", &fs.PathError{Op: "resolve", Path: name, Err: err}
+		}
+		via = p + " -> " + target
+		if path.IsAbs(target) {
+			return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrEscapesRoot, via)}
+		}
+		todo = append(splitPath(target), todo...)
+	}
+	if len(cur) == 0 {
+		return ".", nil
+	}
+	return strings.Join(cur, "/"), nil
+}
+
+func linkErr(err error, via string) error {
+	if via == "" {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, via)
+}
+
+func splitPath(p string) []string {
+	if p == "" || p == "." {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
+// kindOf returns the type of p, whose parent must be resolved already.
+func (r *Reader) kindOf(p string) (fs.FileMode, error) {
+	if k, ok := r.kind[p]; ok {
+		return k, nil
+	}
+	fi, err := r.fsys.Lstat(p)
+	if err != nil {
+		return 0, stripPathError(err)
+	}
+	k := fi.Mode().Type() & (fs.ModeSymlink | fs.ModeDir)
+	r.kind[p] = k
+	return k, nil
+}
+
+func (r *Reader) readLink(p string) (string, error) {
+	if t, ok := r.link[p]; ok {
+		return t, nil
+	}
+	t, err := r.fsys.ReadLink(p)
+	if err != nil {
+		return "", stripPathError(err)
+	}
+	r.link[p] = t
+	return t, nil
+}
+
+// stripPathError keeps the cause of a *fs.PathError so that the caller can
+// wrap it with the path it was asked about.
+func stripPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// ReadLink returns the target of the symbolic link name, whose parent
+// directories are resolved first. It does not follow the link itself.
+func (r *Reader) ReadLink(name string) (string, error) {
+	dir, base := path.Split(name)
+	rdir, err := r.Resolve(path.Clean(dir + "."))
+	if err != nil {
+		return "", err
+	}
+	p := path.Join(rdir, base)
+	k, err := r.kindOf(p)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	if k != fs.ModeSymlink {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: errors.New("not a symbolic link")}
+	}
+	t, err := r.readLink(p)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	return t, nil
+}
+
+// ReadDir lists the directory name after resolving it.
+func (r *Reader) ReadDir(name string) ([]fs.DirEntry, error) {
+	p, err := r.Resolve(name)
+	if err != nil {
+		return nil, err
+	}
+	if ents, ok := r.dirs[p]; ok {
+		return ents, nil
+	}
+	ents, err := fs.ReadDir(r.fsys, p)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+	}
+	for _, e := range ents {
+		r.kind[path.Join(p, e.Name())] = e.Type() & (fs.ModeSymlink | fs.ModeDir)
+	}
+	r.dirs[p] = ents
+	return ents, nil
+}
+
+// ReadFile returns the contents of name, resolved inside the root, failing
+// with ErrTooLarge past MaxFileSize bytes.
+func (r *Reader) ReadFile(name string) ([]byte, error) {
+	p, err := r.Resolve(name)
+	if err != nil {
+		return nil, err
+	}
+	if r.kind[p] == fs.ModeDir {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: errors.New("is a directory")}
+	}
+	f, err := r.fsys.Open(p)
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+	}
+	if len(b) > MaxFileSize {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: ErrTooLarge}
+	}
+	return b, nil
+}
+
+// ReadString returns the contents of name with surrounding white space
+// removed, as sysfs attributes end with a newline.
+func (r *Reader) ReadString(name string) (string, error) {
+	b, err := r.ReadFile(name)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Exists reports whether name resolves to an entry. Errors other than "does
+// not exist" (a loop, a link leaving the root) are returned.
+func (r *Reader) Exists(name string) (bool, error) {
+	_, err := r.Resolve(name)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrDanglingLink) {
+		return false, nil
+	}
+	return false, err
+}
