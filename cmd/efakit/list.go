@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// efaView is one EFA in list's JSON and YAML output.
+type efaView struct {
+	Name        string       `json:"name"`
+	PCIAddress  string       `json:"pciAddress"`
+	Generation  string       `json:"generation"`
+	PCIDevice   string       `json:"pciDevice"`
+	Uverbs      *string      `json:"uverbs"`
+	DevicePath  *string      `json:"devicePath"`
+	DevNumber   *string      `json:"devNumber"`
+	NUMANode    *int         `json:"numaNode"`
+	LocalCPUs   string       `json:"localCPUs,omitempty"`
+	PCIeRoot    string       `json:"pcieRoot"`
+	Bridges     []string     `json:"bridges"`
+	NodeGUID    string       `json:"nodeGUID,omitempty"`
+	Netdev      string       `json:"netdev,omitempty"`
+	P2P         string       `json:"p2p,omitempty"`
+	Ports       []portView   `json:"ports"`
+	Driver      string       `json:"driver,omitempty"`
+	Subsystem   string       `json:"pciSubsystem"`
+	Vendor      string       `json:"pciVendor"`
+	sortAddress pcie.Address `json:"-"`
+}
+
+type portView struct {
+	Port      int     `json:"port"`
+	State     string  `json:"state"`
+	PhysState string  `json:"physState"`
+	LinkLayer string  `json:"linkLayer"`
+	RateGbps  float64 `json:"rateGbps"`
+	GID       string  `json:"gid,omitempty"`
+}
+
+func newEFAView(d *efa.Device, names *pcie.Names) efaView {
+	v := efaView{
+		Name:        d.Name,
+		PCIAddress:  d.PCI.Address.String(),
+		Generation:  d.Generation.String(),
+		PCIDevice:   names.Device(d.PCI.Vendor, d.PCI.Device),
+		Vendor:      names.Vendor(d.PCI.Vendor),
+		Subsystem:   fmt.Sprintf("%04x:%04x", d.PCI.SubsystemVendor, d.PCI.SubsystemDevice),
+		PCIeRoot:    d.PCI.Root,
+		Bridges:     []string{},
+		NodeGUID:    d.NodeGUID,
+		Netdev:      d.Netdev,
+		P2P:         d.P2P,
+		Driver:      d.PCI.Driver,
+		Ports:       []portView{},
+		sortAddress: d.PCI.Address,
+	}
+	if d.Verbs != nil {
+		u, p, n := d.Verbs.Name, d.Verbs.DevicePath(), fmt.Sprintf("%d:%d", d.Verbs.Major, d.Verbs.Minor)
+		v.Uverbs, v.DevicePath, v.DevNumber = &u, &p, &n
+	}
+	if d.PCI.NUMANode != pcie.NoNUMA {
+		n := d.PCI.NUMANode
+		v.NUMANode = &n
+	}
+	if d.PCI.LocalCPUs != nil {
+		v.LocalCPUs = d.PCI.LocalCPUs.String()
+	}
+	for _, b := range d.PCI.Bridges() {
+		v.Bridges = append(v.Bridges, b.Address.String())
+	}
+	for _, p := range d.Ports {
+		v.Ports = append(v.Ports, portView{Port: p.Number, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, RateGbps: p.RateGbps, GID: p.GID})
+	}
+	return v
+}
+
+func cmdList(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("list", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
+	out := fl.String("o", "table", "output `format`: table, json or yaml")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	switch *out {
+	case "table", "json", "yaml":
+	default:
+		fmt.Fprintf(stderr, "efakit list: unknown output format %q (table, json, yaml)\n", *out)
+		return 2
+	}
+	r, err := sysfs.Open(*root)
+	if err != nil {
+		fmt.Fprintf(stderr, "efakit list: %v\n", err)
+		return 1
+	}
+	defer r.Close()
+	_, res, scanErr := efa.Scan(r)
+	names, _ := pcie.LoadNames() // built-in names when there is no pci.ids
+	views := make([]efaView, 0, len(res.EFAs))
+	for _, d := range res.EFAs {
+		views = append(views, newEFAView(d, names))
+	}
+	if err := printEFAs(stdout, *out, views); err != nil {
+		fmt.Fprintf(stderr, "efakit list: %v\n", err)
+		return 1
+	}
+	for _, d := range res.Inactive {
+		fmt.Fprintf(stderr, "efakit list: note: EFA function %s has no RDMA device (efa driver not bound?)\n", d.Address)
+	}
+	if scanErr != nil {
+		printErrors(stderr, "efakit list", scanErr)
+		return 1
+	}
+	return 0
+}
+
+// printErrors prints each joined error on its own line.
+func printErrors(w io.Writer, prefix string, err error) {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			printErrors(w, prefix, e)
+		}
+		return
+	}
+	fmt.Fprintf(w, "%s: %v\n", prefix, err)
+}
+
+func printEFAs(w io.Writer, format string, views []efaView) error {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(views, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(views)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPCI\tGEN\tUVERBS\tNUMA\tPCIE ROOT\tRATE\tSTATE\tNETDEV")
+	for _, v := range views {
+		uv, numa, rate, state := "-", "-", "-", "-"
+		if v.Uverbs != nil {
+			uv = *v.Uverbs
+		}
+		if v.NUMANode != nil {
+			numa = fmt.Sprint(*v.NUMANode)
+		}
+		if len(v.Ports) > 0 {
+			var rs, ss []string
+			for _, p := range v.Ports {
+				rs = append(rs, fmt.Sprintf("%g Gb/s", p.RateGbps))
+				ss = append(ss, p.State)
+			}
+			rate, state = strings.Join(rs, ","), strings.Join(ss, ",")
+		}
+		nd := v.Netdev
+		if nd == "" {
+			nd = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.PCIAddress, v.Generation, uv, numa, v.PCIeRoot, rate, state, nd)
+	}
+	if len(views) == 0 {
+		fmt.Fprintln(tw, "(no EFA devices)")
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,83 @@
+package efa
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+
+	"github.com/efakit/efakit/sysfs"
+)
+
+// Counters are the hardware counters of an EFA at one moment: the device's
+// (infiniband/<name>/hw_counters) and each port's
+// (infiniband/<name>/ports/<n>/hw_counters), by file name.
+type Counters struct {
+	Device map[string]uint64
+	Ports  map[int]map[string]uint64
+}
+
+// ReadCounters reads the EFA's counters now. Counters are not read during
+// discovery: they change all the time and cost one file each. Pass the root
+// the device was discovered in.
+func (d *Device) ReadCounters(fsys fs.ReadLinkFS) (*Counters, error) {
+	r := sysfs.NewReader(fsys)
+	c := &Counters{Ports: make(map[int]map[string]uint64)}
+	var errs []error
+	var err error
+	c.Device, err = readCounterDir(r, d.Name, d.IBPath+"/hw_counters")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range d.Ports {
+		m, err := readCounterDir(r, d.Name, fmt.Sprintf("%s/ports/%d/hw_counters", d.IBPath, p.Number))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if m != nil {
+			c.Ports[p.Number] = m
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error) {
+	ents, err := r.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil // older drivers have no counters
+		}
+		return nil, &Error{Device: dev, File: dir, Err: cause(err)}
+	}
+	out := make(map[string]uint64, len(ents))
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		f := dir + "/" + e.Name()
+		s, err := r.ReadString(f)
+		if err == nil {
+			var v uint64
+			if v, err = ParseCounter(s); err == nil {
+				out[e.Name()] = v
+				continue
+			}
+		}
+		errs = append(errs, &Error{Device: dev, File: f, Err: cause(err)})
+	}
+	return out, errors.Join(errs...)
+}
+
+// ParseCounter parses a decimal counter value.
+func ParseCounter(s string) (uint64, error) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a counter value", clip(s))
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a counter value: %w", clip(s), err)
+	}
+	return v, nil
+}

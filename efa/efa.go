@@ -1,0 +1,451 @@
+// Package efa finds the AWS Elastic Fabric Adapters of a sysfs root: the PCI
+// function, its RDMA (infiniband class) device, ports, uverbs character
+// device and the ENA network interface beside it.
+package efa
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// VendorAmazon is Amazon's PCI vendor ID.
+const VendorAmazon = 0x1d0f
+
+// Generation is the EFA generation, from the PCI device ID: 0xefa0 is efa0
+// (p4d), 0xefa1 efa1 (p5, trn1), 0xefa2 efa2 (p5en), 0xefa3 efa3.
+type Generation uint16
+
+// IsEFAID reports whether an Amazon device ID is in the EFA range
+// 0xefa0-0xefaf, which holds every generation so far and those to come.
+func IsEFAID(device uint16) bool { return device&0xfff0 == 0xefa0 }
+
+// String prints "efa1" for an ID in the EFA range, and the raw ID of a
+// function bound to the efa driver under another ID.
+func (g Generation) String() string {
+	if IsEFAID(uint16(g)) {
+		return fmt.Sprintf("efa%x", uint16(g)&0xf)
+	}
+	return fmt.Sprintf("0x%04x", uint16(g))
+}
+
+// MarshalText prints String.
+func (g Generation) MarshalText() ([]byte, error) { return []byte(g.String()), nil }
+
+// Device is one EFA.
+type Device struct {
+	// Name is the RDMA device name: rdmap79s0 after rdma-core's udev
+	// rename, efa_0 without it.
+	Name       string
+	PCI        *pcie.Device
+	Generation Generation
+	// IBPath is the RDMA device's real directory, PCI.Path/infiniband/Name.
+	IBPath       string
+	NodeGUID     string // infiniband/<name>/node_guid
+	SysImageGUID string // infiniband/<name>/sys_image_guid
+	FirmwareVer  string // infiniband/<name>/fw_ver; often empty for EFA
+	Ports        []Port
+	// Verbs is the uverbs character device; nil when the kernel made none
+	// (ib_uverbs not loaded), which is also reported as an error.
+	Verbs *Verbs
+	// Netdev is the ENA network interface beside the EFA, "" for an
+	// EFA-only interface.
+	Netdev string
+	// P2P is the out-of-tree driver's peer-to-peer readiness
+	// (PCI.Path/p2p: "NVIDIA", "NEURON"...); "" where the file is absent.
+	P2P string
+}
+
+// Port is one port of an RDMA device, from infiniband/<name>/ports/<n>/.
+type Port struct {
+	Number    int
+	State     string  // state, "ACTIVE" from "4: ACTIVE"
+	PhysState string  // phys_state, "LinkUp" from "5: LinkUp"
+	LinkLayer string  // link_layer, "Unknown" for EFA
+	Rate      string  // rate, as printed: "100 Gb/sec (4X EDR)"
+	RateGbps  float64 // the number in rate
+	GID       string  // gids/0
+}
+
+// Verbs is an RDMA device's uverbs character device, from
+// infiniband_verbs/uverbsN/ under the PCI function.
+type Verbs struct {
+	Name  string // uverbs3
+	Major uint32 // from dev
+	Minor uint32
+}
+
+// DevicePath is the character device's node, /dev/infiniband/uverbsN.
+func (v *Verbs) DevicePath() string { return "/dev/infiniband/" + v.Name }
+
+// Dev is the device number, as in stat's st_rdev.
+func (v *Verbs) Dev() uint64 { return unix.Mkdev(v.Major, v.Minor) }
+
+// Error is the error for one device: which one, and which file.
+type Error struct {
+	Device string // the RDMA device name, or the PCI address before it is known
+	File   string // root-relative path
+	Err    error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("efa %s: %s: %v", e.Device, e.File, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// IsEFA reports whether a PCI function is an EFA by its IDs or driver. It
+// is an RDMA device only when the efa driver has made an infiniband child.
+func IsEFA(d *pcie.Device) bool {
+	return d.Vendor == VendorAmazon && IsEFAID(d.Device) || d.Driver == "efa"
+}
+
+// isENA reports whether a function is an ENA: Amazon's ENA IDs or the ena
+// driver.
+func isENA(d *pcie.Device) bool {
+	if d.Driver == "ena" {
+		return true
+	}
+	if d.Vendor != VendorAmazon {
+		return false
+	}
+	switch d.Device {
+	case 0x0ec2, 0x1ec2, 0xec20, 0xec21:
+		return true
+	}
+	return false
+}
+
+// Result is what Discover finds.
+type Result struct {
+	EFAs []*Device // in PCI address order
+	// Inactive are EFA functions without an RDMA device (efa driver not
+	// loaded or not bound): not usable, and not in EFAs.
+	Inactive []*pcie.Device
+}
+
+// Discover finds the EFAs among the functions of tree. It returns what it
+// could read, and one error per damaged device or file, joined.
+func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
+	res := &Result{}
+	var errs []error
+	enas := enaNetdevs(r, tree, &errs)
+	for _, d := range tree.Devices {
+		if !IsEFA(d) {
+			continue
+		}
+		ibDir := d.Path + "/infiniband"
+		ents, err := r.ReadDir(ibDir)
+		if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
+			res.Inactive = append(res.Inactive, d)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: cause(err)})
+			continue
+		}
+		if len(ents) != 1 {
+			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))})
+			if len(ents) == 0 {
+				res.Inactive = append(res.Inactive, d)
+				continue
+			}
+		}
+		dev, derrs := readDevice(r, d, ents[0].Name())
+		errs = append(errs, derrs...)
+		if dev != nil {
+			dev.Netdev = pickNetdev(dev, enas)
+			res.EFAs = append(res.EFAs, dev)
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// cause removes the *fs.PathError of a plain read, whose path the caller
+// names already, and keeps a resolve error, whose message names the link.
+func cause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Op != "resolve" && pe.Op != "readlink" {
+		return pe.Err
+	}
+	return err
+}
+
+func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []error) {
+	ib := pci.Path + "/infiniband/" + name
+	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib}
+	var errs []error
+	fail := func(file string, err error) { errs = append(errs, &Error{Device: name, File: file, Err: cause(err)}) }
+	// node_guid, sys_image_guid and fw_ver exist for every RDMA device.
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"node_guid", &d.NodeGUID}, {"sys_image_guid", &d.SysImageGUID}, {"fw_ver", &d.FirmwareVer}} {
+		s, err := r.ReadString(ib + "/" + f.name)
+		if err != nil {
+			fail(ib+"/"+f.name, err)
+			continue
+		}
+		*f.dst = s
+	}
+	if d.NodeGUID != "" {
+		if err := checkGUID(d.NodeGUID); err != nil {
+			fail(ib+"/node_guid", err)
+			d.NodeGUID = ""
+		}
+	}
+
+	ports, err := r.ReadDir(ib + "/ports")
+	if err != nil {
+		fail(ib+"/ports", err)
+	}
+	for _, p := range ports {
+		port, perrs := readPort(r, name, ib+"/ports/"+p.Name())
+		errs = append(errs, perrs...)
+		if port != nil {
+			d.Ports = append(d.Ports, *port)
+		}
+	}
+	slices.SortFunc(d.Ports, func(a, b Port) int { return a.Number - b.Number })
+
+	v, err := findVerbs(r, pci, name)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	d.Verbs = v
+
+	if s, err := r.ReadString(pci.Path + "/p2p"); err == nil {
+		d.P2P = s
+	} else if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, sysfs.ErrDanglingLink) {
+		fail(pci.Path+"/p2p", err)
+	}
+	return d, errs
+}
+
+func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
+	var errs []error
+	fail := func(file string, err error) { errs = append(errs, &Error{Device: dev, File: file, Err: cause(err)}) }
+	n, err := strconv.Atoi(path.Base(dir))
+	if err != nil || n < 1 || n > 255 {
+		fail(dir, fmt.Errorf("%q is not a port number", path.Base(dir)))
+		return nil, errs
+	}
+	p := &Port{Number: n}
+	read := func(f string, parse func(string) error) {
+		s, err := r.ReadString(dir + "/" + f)
+		if err == nil {
+			err = parse(s)
+		}
+		if err != nil {
+			fail(dir+"/"+f, err)
+		}
+	}
+	read("state", func(s string) (err error) { p.State, err = ParseEnumAttr(s); return })
+	read("phys_state", func(s string) (err error) { p.PhysState, err = ParseEnumAttr(s); return })
+	read("link_layer", func(s string) error { p.LinkLayer = s; return nil })
+	read("rate", func(s string) (err error) { p.Rate = s; p.RateGbps, err = ParseRate(s); return })
+	if s, err := r.ReadString(dir + "/gids/0"); err == nil {
+		p.GID = s
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		fail(dir+"/gids/0", err)
+	}
+	return p, errs
+}
+
+// findVerbs finds the uverbs device of the RDMA device name among the
+// function's infiniband_verbs children.
+func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
+	dir := pci.Path + "/infiniband_verbs"
+	ents, err := r.ReadDir(dir)
+	if err != nil {
+		return nil, &Error{Device: name, File: dir, Err: cause(err)}
+	}
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "uverbs") {
+			continue
+		}
+		vd := dir + "/" + e.Name()
+		ibdev, err := r.ReadString(vd + "/ibdev")
+		if err != nil {
+			errs = append(errs, &Error{Device: name, File: vd + "/ibdev", Err: cause(err)})
+			continue
+		}
+		if ibdev != name {
+			continue
+		}
+		s, err := r.ReadString(vd + "/dev")
+		if err == nil {
+			var v Verbs
+			v.Major, v.Minor, err = ParseDevNumber(s)
+			if err == nil {
+				v.Name = e.Name()
+				return &v, nil
+			}
+		}
+		return nil, &Error{Device: name, File: vd + "/dev", Err: cause(err)}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return nil, &Error{Device: name, File: dir, Err: errors.New("no uverbs device (is ib_uverbs loaded?)")}
+}
+
+// enaNetdevs lists the network interfaces of ENA functions.
+func enaNetdevs(r *sysfs.Reader, tree *pcie.Tree, errs *[]error) []netdev {
+	var out []netdev
+	for _, d := range tree.Devices {
+		if !isENA(d) {
+			continue
+		}
+		ents, err := r.ReadDir(d.Path + "/net")
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: cause(err)})
+			}
+			continue
+		}
+		for _, e := range ents {
+			nd := netdev{name: e.Name(), pci: d}
+			if mac, err := r.ReadString(d.Path + "/net/" + e.Name() + "/address"); err == nil {
+				nd.mac = mac
+			}
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
+type netdev struct {
+	name string
+	mac  string
+	pci  *pcie.Device
+}
+
+// pickNetdev finds the ENA interface of the same network interface as the
+// EFA. The EFA's GID is the IPv6 link-local address made from the ENI's MAC
+// (EUI-64), which names the ENA exactly; without a match, the one ENA
+// function under the same upstream bridge (or root bus) is taken.
+func pickNetdev(d *Device, enas []netdev) string {
+	for _, p := range d.Ports {
+		if p.GID == "" {
+			continue
+		}
+		for _, n := range enas {
+			if n.mac != "" && eui64GID(n.mac) == strings.ToLower(p.GID) {
+				return n.name
+			}
+		}
+	}
+	var same []netdev
+	for _, n := range enas {
+		if sameSegment(n.pci, d.PCI) {
+			same = append(same, n)
+		}
+	}
+	if len(same) == 1 {
+		return same[0].name
+	}
+	return ""
+}
+
+func sameSegment(a, b *pcie.Device) bool {
+	if a.Parent != nil || b.Parent != nil {
+		return a.Parent == b.Parent
+	}
+	return a.Root == b.Root && a.Address.Bus == b.Address.Bus
+}
+
+// eui64GID returns the link-local GID fe80::/64 that EUI-64 makes from a
+// MAC address, in sysfs's format, or "" for a malformed MAC.
+func eui64GID(mac string) string {
+	var b [6]byte
+	parts := strings.Split(mac, ":")
+	if len(parts) != 6 {
+		return ""
+	}
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 16, 8)
+		if err != nil || len(p) != 2 {
+			return ""
+		}
+		b[i] = byte(v)
+	}
+	return fmt.Sprintf("fe80:0000:0000:0000:%02x%02x:%02xff:fe%02x:%02x%02x", b[0]^2, b[1], b[2], b[3], b[4], b[5])
+}
+
+// ParseEnumAttr parses the "4: ACTIVE" form of port state files into the
+// name.
+func ParseEnumAttr(s string) (string, error) {
+	num, name, ok := strings.Cut(s, ": ")
+	if !ok || name == "" || num == "" || strings.TrimLeft(num, "0123456789") != "" {
+		return "", fmt.Errorf("%q is not \"<number>: <NAME>\"", clip(s))
+	}
+	return name, nil
+}
+
+// ParseRate parses a port rate, "100 Gb/sec (4X EDR)" or "2.5 Gb/sec", into
+// Gb/s.
+func ParseRate(s string) (float64, error) {
+	num, rest, ok := strings.Cut(s, " ")
+	if !ok || !strings.HasPrefix(rest, "Gb/sec") {
+		return 0, fmt.Errorf("%q is not \"<number> Gb/sec ...\"", clip(s))
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 || v > 1e6 || strings.ContainsAny(num, "eEnNiIxX+-") {
+		return 0, fmt.Errorf("%q is not \"<number> Gb/sec ...\"", clip(s))
+	}
+	return v, nil
+}
+
+// ParseDevNumber parses a dev attribute, "231:192", into major and minor.
+func ParseDevNumber(s string) (major, minor uint32, err error) {
+	a, b, ok := strings.Cut(s, ":")
+	if ok {
+		ma, err1 := strconv.ParseUint(a, 10, 32)
+		mi, err2 := strconv.ParseUint(b, 10, 32)
+		// Linux device numbers: 12-bit major, 20-bit minor.
+		if err1 == nil && err2 == nil && ma < 1<<12 && mi < 1<<20 {
+			return uint32(ma), uint32(mi), nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%q is not \"<major>:<minor>\"", clip(s))
+}
+
+// checkGUID checks the "cd77:f833:0000:1001" form: four groups of four hex
+// digits.
+func checkGUID(s string) error {
+	parts := strings.Split(s, ":")
+	ok := len(parts) == 4
+	for _, p := range parts {
+		if len(p) != 4 || strings.Trim(p, "0123456789abcdefABCDEF") != "" {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%q is not a GUID (xxxx:xxxx:xxxx:xxxx)", clip(s))
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// Scan reads the PCI tree and the EFAs of a sysfs root in one pass, with
+// one Reader so that no file is read twice.
+func Scan(fsys fs.ReadLinkFS) (*pcie.Tree, *Result, error) {
+	r := sysfs.NewReader(fsys)
+	tree, perr := pcie.Discover(r)
+	res, eerr := Discover(r, tree)
+	return tree, res, errors.Join(perr, eerr)
+}

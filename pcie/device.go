@@ -1,0 +1,310 @@
+// Package pcie reads the PCI functions of a sysfs root into a tree: each
+// function with its IDs, class, driver, NUMA node and CPUs, its chain of
+// upstream bridges and its root complex.
+package pcie
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/efakit/efakit/sysfs"
+)
+
+// DevicesDir is where the kernel lists every PCI function, as links to its
+// real directory under devices/pci<domain>:<bus>.
+const DevicesDir = "bus/pci/devices"
+
+// NoNUMA is the NUMA node of a function the kernel ties to no node.
+const NoNUMA = -1
+
+// Class is the 24-bit PCI class code: base class, subclass, programming
+// interface.
+type Class uint32
+
+// Base returns the base class (0x02 network, 0x03 display, 0x06 bridge...).
+func (c Class) Base() uint8 { return uint8(c >> 16) }
+
+// Sub returns the base class and subclass, as 0x0604 for a PCI bridge.
+func (c Class) Sub() uint16 { return uint16(c >> 8) }
+
+// String prints the class as sysfs does, 0x020000.
+func (c Class) String() string { return fmt.Sprintf("0x%06x", uint32(c)) }
+
+// Class codes efakit branches on.
+const (
+	ClassBridgeHost  uint16 = 0x0600
+	ClassBridgePCI   uint16 = 0x0604
+	ClassNetwork     uint8  = 0x02
+	ClassDisplay     uint8  = 0x03
+	ClassDisplay3D   uint16 = 0x0302
+	ClassDisplayVGA  uint16 = 0x0300
+	ClassBridgeOther uint16 = 0x0680
+)
+
+// Device is one PCI function. Fields name the sysfs file they come from,
+// relative to the function's directory.
+type Device struct {
+	Address Address
+	// Path is the function's real directory, e.g.
+	// devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:01.0/0000:4f:00.0.
+	Path            string
+	Vendor          uint16 // vendor
+	Device          uint16 // device
+	SubsystemVendor uint16 // subsystem_vendor; 0 where the file is absent
+	SubsystemDevice uint16 // subsystem_device; 0 where the file is absent
+	Class           Class  // class
+	Revision        uint8  // revision
+	Driver          string // base name of the driver link; "" when unbound
+	NUMANode        int    // numa_node; NoNUMA when -1 or absent
+	LocalCPUs       CPUList
+	// Root is the root complex, the first component under devices/
+	// ("pci0000:44"), as the standard pcieRoot attribute.
+	Root string
+	// Parent is the upstream bridge; nil for a function on a root bus.
+	Parent *Device
+	// Children are the functions directly below a bridge, in address order.
+	Children []*Device
+}
+
+// IsBridge reports whether the function is a PCI-to-PCI bridge (a root
+// port, or a switch's upstream or downstream port).
+func (d *Device) IsBridge() bool { return d.Class.Sub() == ClassBridgePCI }
+
+// Bridges returns the upstream bridges from the root complex down to the
+// function's parent.
+func (d *Device) Bridges() []*Device {
+	var out []*Device
+	for p := d.Parent; p != nil; p = p.Parent {
+		out = append(out, p)
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// Tree is every PCI function of a root.
+type Tree struct {
+	Devices []*Device // in address order
+	byAddr  map[Address]*Device
+}
+
+// Lookup returns the function at a, or nil.
+func (t *Tree) Lookup(a Address) *Device { return t.byAddr[a] }
+
+// Roots returns the root complexes that hold functions, sorted.
+func (t *Tree) Roots() []string {
+	var out []string
+	for _, d := range t.Devices {
+		if !slices.Contains(out, d.Root) {
+			out = append(out, d.Root)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// DeviceError is the error for one function: its address and the file that
+// could not be read or understood.
+type DeviceError struct {
+	Address string // as listed in bus/pci/devices
+	File    string // root-relative path of the file
+	Err     error
+}
+
+func (e *DeviceError) Error() string {
+	return fmt.Sprintf("pci %s: %s: %v", e.Address, e.File, e.Err)
+}
+
+func (e *DeviceError) Unwrap() error { return e.Err }
+
+// Discover reads every function listed in bus/pci/devices. It returns the
+// functions it could read and, joined, one error per function or file it
+// could not: a function whose vendor, device or class cannot be read is
+// left out; one whose optional attributes are damaged is kept, with the
+// damaged field unknown.
+func Discover(r *sysfs.Reader) (*Tree, error) {
+	ents, err := r.ReadDir(DevicesDir)
+	if err != nil {
+		return &Tree{byAddr: map[Address]*Device{}}, fmt.Errorf("pci: %w", err)
+	}
+	t := &Tree{byAddr: make(map[Address]*Device, len(ents))}
+	var errs []error
+	for _, e := range ents {
+		d, derrs := readDevice(r, e.Name())
+		errs = append(errs, derrs...)
+		if d == nil {
+			continue
+		}
+		if other := t.byAddr[d.Address]; other != nil {
+			errs = append(errs, &DeviceError{Address: e.Name(), File: path.Join(DevicesDir, e.Name()), Err: fmt.Errorf("same function as %s", other.Path)})
+			continue
+		}
+		t.byAddr[d.Address] = d
+		t.Devices = append(t.Devices, d)
+	}
+	slices.SortFunc(t.Devices, func(a, b *Device) int { return a.Address.Compare(b.Address) })
+	// Parents from the real paths: the component before the function's own
+	// is its upstream bridge when it is a function too.
+	for _, d := range t.Devices {
+		dir := path.Dir(d.Path)
+		if pa, err := ParseAddress(path.Base(dir)); err == nil && path.Dir(dir) != "devices" {
+			if p := t.byAddr[pa]; p != nil && p.Path == dir {
+				d.Parent = p
+				p.Children = append(p.Children, d)
+				continue
+			}
+			errs = append(errs, &DeviceError{Address: d.Address.String(), File: d.Path, Err: fmt.Errorf("upstream bridge %s is not listed in %s", pa, DevicesDir)})
+		}
+	}
+	return t, errors.Join(errs...)
+}
+
+// readDevice reads one function. It returns nil when a required file is
+// missing or damaged.
+func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
+	link := path.Join(DevicesDir, name)
+	fail := func(file string, err error) []error {
+		return []error{&DeviceError{Address: name, File: file, Err: stripPath(err)}}
+	}
+	addr, err := ParseAddress(name)
+	if err != nil {
+		return nil, fail(link, err)
+	}
+	real, err := r.Resolve(link)
+	if err != nil {
+		return nil, fail(link, err)
+	}
+	parts := strings.Split(real, "/")
+	if len(parts) < 3 || parts[0] != "devices" || parts[len(parts)-1] != name {
+		return nil, fail(link, fmt.Errorf("resolves to %s, want devices/pci<domain>:<bus>/.../%s", real, name))
+	}
+	if !isRootComplex(parts[1]) {
+		return nil, fail(link, fmt.Errorf("resolves to %s: %q is not a root complex (pci<domain>:<bus>)", real, parts[1]))
+	}
+	d := &Device{Address: addr, Path: real, Root: parts[1], NUMANode: NoNUMA}
+	file := func(f string) string { return real + "/" + f }
+
+	// Required: without these the function cannot be classified.
+	for _, f := range []struct {
+		name string
+		bits int
+		dst  func(uint64)
+	}{
+		{"vendor", 16, func(v uint64) { d.Vendor = uint16(v) }},
+		{"device", 16, func(v uint64) { d.Device = uint16(v) }},
+		{"class", 24, func(v uint64) { d.Class = Class(v) }},
+	} {
+		s, err := r.ReadString(file(f.name))
+		if err == nil {
+			var v uint64
+			if v, err = ParseHexAttr(s, f.bits); err == nil {
+				f.dst(v)
+				continue
+			}
+		}
+		return nil, fail(file(f.name), err)
+	}
+
+	var errs []error
+	optional := func(f string, parse func(string) error) {
+		s, err := r.ReadString(file(f))
+		if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
+			return // old kernels, or a kernel without NUMA
+		}
+		if err == nil {
+			err = parse(s)
+		}
+		if err != nil {
+			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: stripPath(err)})
+		}
+	}
+	hexInto := func(bits int, dst func(uint64)) func(string) error {
+		return func(s string) error {
+			v, err := ParseHexAttr(s, bits)
+			if err == nil {
+				dst(v)
+			}
+			return err
+		}
+	}
+	optional("subsystem_vendor", hexInto(16, func(v uint64) { d.SubsystemVendor = uint16(v) }))
+	optional("subsystem_device", hexInto(16, func(v uint64) { d.SubsystemDevice = uint16(v) }))
+	optional("revision", hexInto(8, func(v uint64) { d.Revision = uint8(v) }))
+	optional("numa_node", func(s string) (err error) { d.NUMANode, err = ParseNUMANode(s); return })
+	optional("local_cpulist", func(s string) (err error) { d.LocalCPUs, err = ParseCPUList(s); return })
+
+	drv, err := r.ReadLink(file("driver"))
+	switch {
+	case err == nil:
+		d.Driver = path.Base(drv)
+	case errors.Is(err, fs.ErrNotExist):
+		// unbound
+	default:
+		errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: stripPath(err)})
+	}
+	return d, errs
+}
+
+func stripPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		if pe.Op == "resolve" || pe.Op == "readlink" {
+			return err // the path may name the link that failed
+		}
+		return pe.Err
+	}
+	return err
+}
+
+// isRootComplex reports whether s names a root complex directory,
+// "pci0000:44".
+func isRootComplex(s string) bool {
+	rest, ok := strings.CutPrefix(s, "pci")
+	if !ok {
+		return false
+	}
+	dom, bus, ok := strings.Cut(rest, ":")
+	if !ok {
+		return false
+	}
+	_, err1 := parseHex(dom, 8)
+	_, err2 := parseHex(bus, 2)
+	return err1 == nil && err2 == nil
+}
+
+// ParseHexAttr parses a sysfs hex attribute such as "0x1d0f" into a value
+// of at most bits bits.
+func ParseHexAttr(s string, bits int) (uint64, error) {
+	h, ok := strings.CutPrefix(s, "0x")
+	if !ok {
+		return 0, fmt.Errorf("%q is not a 0x-prefixed hex number", clip(s))
+	}
+	v, err := parseHex(h, 16)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a 0x-prefixed hex number", clip(s))
+	}
+	if v>>bits != 0 {
+		return 0, fmt.Errorf("%q does not fit in %d bits", clip(s), bits)
+	}
+	return v, nil
+}
+
+// ParseNUMANode parses numa_node: a node number, or -1 for none.
+func ParseNUMANode(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < -1 || n > 1<<16 {
+		return 0, fmt.Errorf("%q is not a NUMA node (-1 or 0-65536)", clip(s))
+	}
+	return n, nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}

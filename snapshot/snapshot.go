@@ -1,0 +1,269 @@
+// Package snapshot captures from a live sysfs exactly what efakit reads,
+// scrubbed of what identifies the host, as capture entries (see
+// sysfs.WriteCapture). A capture replays through the same code as /sys.
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// pciFiles are the attributes read from every PCI function; modalias is
+// kept too so that other tools (ghw) can read a capture.
+var pciFiles = []string{"vendor", "device", "subsystem_vendor", "subsystem_device", "class", "revision", "numa_node", "local_cpulist", "modalias", "p2p"}
+
+// Options tune a snapshot.
+type Options struct {
+	// NoScrub keeps MAC addresses, GIDs and GUIDs as read.
+	NoScrub bool
+}
+
+// Result is a snapshot and what could not be captured.
+type Result struct {
+	Entries []sysfs.Entry
+	// Skipped are files that could not be read (write-only attributes,
+	// files the kernel refuses to show), which the capture leaves out.
+	Skipped []string
+}
+
+// Take captures fsys: the PCI functions and their drivers, the RDMA devices
+// and uverbs devices below them, the network interfaces of PCI functions,
+// NUMA nodes, the DMI product name and the Neuron class devices.
+func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
+	c := &capturer{r: sysfs.NewReader(fsys), out: make(map[string]sysfs.Entry)}
+	var errs []error
+	ents, err := c.r.ReadDir(pcie.DevicesDir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	c.dir(pcie.DevicesDir)
+	for _, e := range ents {
+		link := pcie.DevicesDir + "/" + e.Name()
+		real, err := c.link(link)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range pciFiles {
+			c.file(real + "/" + f)
+		}
+		if t, err := c.link(real + "/driver"); err == nil {
+			c.dir(t)
+		}
+		for _, sub := range []string{"infiniband", "infiniband_verbs"} {
+			c.tree(real + "/" + sub)
+		}
+		if nets, err := c.r.ReadDir(real + "/net"); err == nil {
+			for _, n := range nets {
+				nd := real + "/net/" + n.Name()
+				for _, f := range []string{"address", "operstate", "ifindex", "mtu"} {
+					c.file(nd + "/" + f)
+				}
+			}
+		}
+	}
+	// Class links into what was captured.
+	for _, class := range []string{"class/infiniband", "class/infiniband_verbs", "class/net", "class/neuron_device"} {
+		ents, err := c.r.ReadDir(class)
+		if err != nil {
+			continue
+		}
+		c.dir(class)
+		for _, e := range ents {
+			p := class + "/" + e.Name()
+			real, err := c.r.Resolve(p)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if class == "class/neuron_device" {
+				c.tree(real)
+			}
+			if _, ok := c.out[real]; ok || c.hasUnder(real) {
+				c.link(p)
+			}
+		}
+	}
+	if nodes, err := c.r.ReadDir("devices/system/node"); err == nil {
+		c.dir("devices/system/node")
+		for _, f := range []string{"online", "possible"} {
+			c.file("devices/system/node/" + f)
+		}
+		for _, n := range nodes {
+			if strings.HasPrefix(n.Name(), "node") && n.IsDir() {
+				for _, f := range []string{"cpulist", "distance"} {
+					c.file("devices/system/node/" + n.Name() + "/" + f)
+				}
+			}
+		}
+	}
+	c.file("devices/virtual/dmi/id/product_name")
+	if _, err := c.r.Resolve("class/dmi/id"); err == nil {
+		c.link("class/dmi/id")
+	}
+	res := &Result{Skipped: c.skipped}
+	for _, e := range c.out {
+		res.Entries = append(res.Entries, e)
+	}
+	slices.SortFunc(res.Entries, func(a, b sysfs.Entry) int { return strings.Compare(a.Path, b.Path) })
+	if !opts.NoScrub {
+		scrub(res.Entries)
+	}
+	return res, errors.Join(errs...)
+}
+
+type capturer struct {
+	r       *sysfs.Reader
+	out     map[string]sysfs.Entry
+	skipped []string
+}
+
+func (c *capturer) dir(p string) {
+	if _, ok := c.out[p]; !ok {
+		c.out[p] = sysfs.Entry{Path: p, Kind: sysfs.KindDir}
+	}
+}
+
+// hasUnder reports whether anything below p was captured.
+func (c *capturer) hasUnder(p string) bool {
+	for k := range c.out {
+		if strings.HasPrefix(k, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// file captures a regular file when it exists and can be read.
+func (c *capturer) file(p string) {
+	b, err := c.r.ReadFile(p)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.skipped = append(c.skipped, fmt.Sprintf("%s: %v", p, err))
+		}
+		return
+	}
+	c.out[p] = sysfs.Entry{Path: p, Kind: sysfs.KindFile, Data: b}
+}
+
+// link captures a symbolic link verbatim and returns where it resolves.
+func (c *capturer) link(p string) (string, error) {
+	t, err := c.r.ReadLink(p)
+	if err != nil {
+		return "", err
+	}
+	real, err := c.r.Resolve(p)
+	if err != nil {
+		return "", err
+	}
+	c.out[p] = sysfs.Entry{Path: p, Kind: sysfs.KindLink, Target: t}
+	return real, nil
+}
+
+// tree captures a directory recursively: its files, and of its links only
+// "device" (the way back to the PCI function). power/ and the subsystem
+// links lead out of what efakit reads.
+func (c *capturer) tree(p string) {
+	ents, err := c.r.ReadDir(p)
+	if err != nil {
+		return
+	}
+	c.dir(p)
+	for _, e := range ents {
+		q := p + "/" + e.Name()
+		switch {
+		case e.Type()&fs.ModeSymlink != 0:
+			if e.Name() == "device" {
+				c.link(q)
+			}
+		case e.IsDir():
+			if e.Name() != "power" {
+				c.tree(q)
+			}
+		case e.Name() == "uevent":
+		default:
+			c.file(q)
+		}
+	}
+}
+
+// scrub replaces what identifies the host: MAC addresses of network
+// interfaces, the EFA GIDs made from them, and node and system image GUIDs.
+// A MAC and the GID made from it map to the same replacement, so the
+// ENA-beside-EFA match survives.
+func scrub(es []sysfs.Entry) {
+	macs := map[string]string{}
+	newMAC := func(old string) string {
+		old = strings.ToLower(old)
+		if m, ok := macs[old]; ok {
+			return m
+		}
+		n := len(macs) + 1
+		m := fmt.Sprintf("02:00:00:00:%02x:%02x", n>>8&0xff, n&0xff)
+		macs[old] = m
+		return m
+	}
+	guids := map[string]string{}
+	for i := range es {
+		e := &es[i]
+		if e.Kind != sysfs.KindFile {
+			continue
+		}
+		dir, base := path.Split(e.Path)
+		v := strings.TrimSpace(string(e.Data))
+		switch {
+		case base == "address" && strings.Contains(dir, "/net/"):
+			if strings.Count(v, ":") == 5 {
+				e.Data = []byte(newMAC(v) + "\n")
+			}
+		case strings.HasSuffix(dir, "/gids/"):
+			if mac, ok := gidMAC(v); ok {
+				e.Data = []byte(gidFromMAC(newMAC(mac)) + "\n")
+			} else if v != "" && strings.Trim(v, "0:") != "" {
+				e.Data = []byte("fe80:0000:0000:0000:0000:0000:0000:0000\n")
+			}
+		case base == "node_guid" || base == "sys_image_guid":
+			if strings.Trim(v, "0:") == "" {
+				continue // all zeros identifies nothing
+			}
+			g, ok := guids[v]
+			if !ok {
+				n := len(guids) + 1
+				g = fmt.Sprintf("0000:0000:%04x:%04x", n>>16&0xffff, n&0xffff)
+				guids[v] = g
+			}
+			e.Data = []byte(g + "\n")
+		}
+	}
+}
+
+// gidMAC recovers the MAC from an EUI-64 link-local GID.
+func gidMAC(gid string) (string, bool) {
+	g := strings.ReplaceAll(strings.ToLower(gid), ":", "")
+	if len(g) != 32 || g[:16] != "fe80000000000000" || g[22:26] != "fffe" {
+		return "", false
+	}
+	var b [6]byte
+	for i, pos := range []int{16, 18, 20, 26, 28, 30} {
+		var v byte
+		if _, err := fmt.Sscanf(g[pos:pos+2], "%02x", &v); err != nil {
+			return "", false
+		}
+		b[i] = v
+	}
+	b[0] ^= 2
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3], b[4], b[5]), true
+}
+
+func gidFromMAC(mac string) string {
+	var b [6]byte
+	fmt.Sscanf(mac, "%02x:%02x:%02x:%02x:%02x:%02x", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])
+	return fmt.Sprintf("fe80:0000:0000:0000:%02x%02x:%02xff:fe%02x:%02x%02x", b[0]^2, b[1], b[2], b[3], b[4], b[5])
+}

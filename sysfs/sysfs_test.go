@@ -1,0 +1,317 @@
+package sysfs_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/efakit/efakit/sysfs"
+)
+
+// tree is a small sysfs with every kind of link the Reader must handle.
+func tree() []sysfs.Entry {
+	f := func(p, d string) sysfs.Entry { return sysfs.Entry{Path: p, Kind: sysfs.KindFile, Data: []byte(d)} }
+	l := func(p, t string) sysfs.Entry { return sysfs.Entry{Path: p, Kind: sysfs.KindLink, Target: t} }
+	return []sysfs.Entry{
+		f("devices/pci0000:44/0000:44:00.0/vendor", "0x1d0f\n"),
+		f("devices/pci0000:44/0000:44:00.0/core_count", "8"),
+		{Path: "devices/pci0000:44/0000:44:00.0/remove", Kind: sysfs.KindFile, Mode: 0o200},
+		{Path: "devices/system/node", Kind: sysfs.KindDir},
+		l("bus/pci/devices/0000:44:00.0", "../../../devices/pci0000:44/0000:44:00.0"),
+		l("bus/pci/drivers/efa/0000:44:00.0", "../../../../devices/pci0000:44/0000:44:00.0"),
+		l("class/chain/a", "b"),
+		l("class/chain/b", "../../bus/pci/devices/0000:44:00.0"),
+		l("class/loop/a", "b"),
+		l("class/loop/b", "a"),
+		l("class/out", "../../etc"),
+		l("class/abs", "/etc/passwd"),
+		l("class/dangling", "../devices/nothing"),
+		f("big", strings.Repeat("x", sysfs.MaxFileSize+1)),
+		f("exact", strings.Repeat("x", sysfs.MaxFileSize)),
+	}
+}
+
+// roots returns the tree as each kind of root: in memory, and unpacked on
+// disk behind os.Root. Both must behave the same.
+func roots(t *testing.T, es []sysfs.Entry) map[string]fs.ReadLinkFS {
+	t.Helper()
+	m, err := sysfs.NewMemFS(es)
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "sys")
+	require.NoError(t, sysfs.WriteDir(dir, es))
+	// A file outside the root that an escaping link could reach.
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(dir), "secret"), []byte("no"), 0o644))
+	d, err := sysfs.OpenDir(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	return map[string]fs.ReadLinkFS{"mem": m, "dir": d}
+}
+
+func TestReaderResolve(t *testing.T) {
+	t.Parallel()
+	for kind, fsys := range roots(t, tree()) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			r := sysfs.NewReader(fsys)
+			for _, tc := range []struct {
+				name, want string
+				err        error
+			}{
+				{"bus/pci/devices/0000:44:00.0", "devices/pci0000:44/0000:44:00.0", nil},
+				{"bus/pci/devices/0000:44:00.0/vendor", "devices/pci0000:44/0000:44:00.0/vendor", nil},
+				{"class/chain/a", "devices/pci0000:44/0000:44:00.0", nil},
+				{"bus/pci/drivers/efa/0000:44:00.0/vendor", "devices/pci0000:44/0000:44:00.0/vendor", nil},
+				{"class/loop/a", "", sysfs.ErrLinkLoop},
+				{"class/out", "", sysfs.ErrEscapesRoot},
+				{"class/out/passwd", "", sysfs.ErrEscapesRoot},
+				{"class/abs", "", sysfs.ErrEscapesRoot},
+				{"class/dangling", "", sysfs.ErrDanglingLink},
+				{"class/nothing", "", fs.ErrNotExist},
+				{"devices/pci0000:44/0000:44:00.0/vendor/x", "", nil},
+			} {
+				got, err := r.Resolve(tc.name)
+				if tc.want == "" {
+					require.Error(t, err, tc.name)
+					if tc.err != nil {
+						assert.ErrorIs(t, err, tc.err, tc.name)
+					}
+					assert.Contains(t, err.Error(), tc.name)
+					continue
+				}
+				require.NoError(t, err, tc.name)
+				assert.Equal(t, tc.want, got, tc.name)
+			}
+		})
+	}
+}
+
+func TestReaderReadFile(t *testing.T) {
+	t.Parallel()
+	for kind, fsys := range roots(t, tree()) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			r := sysfs.NewReader(fsys)
+			s, err := r.ReadString("bus/pci/devices/0000:44:00.0/vendor")
+			require.NoError(t, err)
+			assert.Equal(t, "0x1d0f", s)
+			b, err := r.ReadFile("bus/pci/devices/0000:44:00.0/core_count")
+			require.NoError(t, err)
+			assert.Equal(t, "8", string(b), "no newline added or lost")
+
+			_, err = r.ReadFile("big")
+			assert.ErrorIs(t, err, sysfs.ErrTooLarge)
+			b, err = r.ReadFile("exact")
+			require.NoError(t, err)
+			assert.Len(t, b, sysfs.MaxFileSize)
+
+			_, err = r.ReadFile("class/out")
+			assert.ErrorIs(t, err, sysfs.ErrEscapesRoot, "an escaping link is never followed")
+
+			_, err = r.ReadFile("devices/system/node")
+			assert.Error(t, err)
+
+			ok, err := r.Exists("class/nothing")
+			assert.NoError(t, err)
+			assert.False(t, ok)
+			_, err = r.Exists("class/dangling")
+			assert.ErrorIs(t, err, sysfs.ErrDanglingLink)
+
+			target, err := r.ReadLink("class/chain/a")
+			require.NoError(t, err)
+			assert.Equal(t, "b", target)
+		})
+	}
+}
+
+func TestWriteOnlyFile(t *testing.T) {
+	t.Parallel()
+	// As root, a 0200 file on disk stays readable, so only the in-memory
+	// tree can show a write-only sysfs attribute's EACCES here.
+	m, err := sysfs.NewMemFS(tree())
+	require.NoError(t, err)
+	_, err = sysfs.NewReader(m).ReadFile("devices/pci0000:44/0000:44:00.0/remove")
+	assert.ErrorIs(t, err, fs.ErrPermission)
+	assert.Contains(t, err.Error(), "devices/pci0000:44/0000:44:00.0/remove")
+}
+
+func TestMemFSConformance(t *testing.T) {
+	t.Parallel()
+	m, err := sysfs.NewMemFS([]sysfs.Entry{
+		{Path: "a/b/c", Kind: sysfs.KindFile, Data: []byte("x\n")},
+		{Path: "a/d", Kind: sysfs.KindDir},
+		{Path: "a/e", Kind: sysfs.KindFile, Data: []byte("")},
+		{Path: "l", Kind: sysfs.KindLink, Target: "a/b"},
+	})
+	require.NoError(t, err)
+	require.NoError(t, fstest.TestFS(m, "a/b/c", "a/d", "a/e", "l"))
+}
+
+func TestCaptureRoundTrip(t *testing.T) {
+	t.Parallel()
+	es := tree()
+	var buf bytes.Buffer
+	require.NoError(t, sysfs.WriteCapture(&buf, []string{"a note"}, es))
+	text := buf.String()
+	got, err := sysfs.ParseCapture(&buf)
+	require.NoError(t, err)
+	m1, err := sysfs.NewMemFS(es)
+	require.NoError(t, err)
+	m2, err := sysfs.NewMemFS(got)
+	require.NoError(t, err)
+	assert.True(t, equalEntries(m1.Entries(), m2.Entries()), "round trip changed the tree")
+	assert.Contains(t, text, "# a note\n")
+	assert.Contains(t, text, `f devices/pci0000:44/0000:44:00.0/remove "" 0200`)
+	assert.Contains(t, text, `f devices/pci0000:44/0000:44:00.0/core_count "8"`)
+}
+
+func TestParseCaptureErrors(t *testing.T) {
+	t.Parallel()
+	h := sysfs.CaptureHeader + "\n"
+	for _, tc := range []struct{ in, want string }{
+		{"", "empty"},
+		{"nonsense\n", "want header"},
+		{h + "f a\n", "missing data"},
+		{h + "f a \"x\n", "bad quoted field"},
+		{h + "x a\n", "unknown entry kind"},
+		{h + "f ../a \"\"\n", "invalid path"},
+		{h + "f /a \"\"\n", "invalid path"},
+		{h + "d a\nd a\n", "duplicate path"},
+		{h + "l a\n", "missing target"},
+		{h + "f a \"\" 999\n", "bad mode"},
+		{h + "f a \"\" 0000\n", "bad mode"},
+		{h + "f a \"\" 0444 x\n", "unexpected fields"},
+		{h + "f a\"b \"\"\n", "holds a quote"},
+		{h + "f a \"x\"y\n", "no space after"},
+	} {
+		_, err := sysfs.ParseCapture(strings.NewReader(tc.in))
+		if assert.Error(t, err, "%q", tc.in) {
+			assert.Contains(t, err.Error(), tc.want, "%q", tc.in)
+		}
+	}
+	// A file under a file is a tree error, found when the tree is built.
+	es, err := sysfs.ParseCapture(strings.NewReader(h + "f a \"\"\nf a/b \"\"\n"))
+	require.NoError(t, err)
+	_, err = sysfs.NewMemFS(es)
+	assert.Error(t, err)
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	es := tree()
+	capture := filepath.Join(dir, "c.sysfs")
+	var buf bytes.Buffer
+	require.NoError(t, sysfs.WriteCapture(&buf, nil, es))
+	require.NoError(t, os.WriteFile(capture, buf.Bytes(), 0o644))
+	require.NoError(t, sysfs.WriteDir(filepath.Join(dir, "sys"), es))
+	for _, p := range []string{capture, filepath.Join(dir, "sys")} {
+		r, err := sysfs.Open(p)
+		require.NoError(t, err)
+		s, err := sysfs.NewReader(r).ReadString("class/chain/a/vendor")
+		require.NoError(t, err)
+		assert.Equal(t, "0x1d0f", s)
+		assert.NoError(t, r.Close())
+	}
+	_, err := sysfs.Open(filepath.Join(dir, "missing"))
+	assert.Error(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad"), []byte("garbage\n"), 0o644))
+	_, err = sysfs.Open(filepath.Join(dir, "bad"))
+	assert.ErrorContains(t, err, "want header")
+}
+
+func TestReaderCachesMetadata(t *testing.T) {
+	t.Parallel()
+	m, err := sysfs.NewMemFS(tree())
+	require.NoError(t, err)
+	c := &countFS{ReadLinkFS: m, calls: map[string]int{}}
+	r := sysfs.NewReader(c)
+	for range 3 {
+		_, err := r.ReadString("class/chain/a/vendor")
+		require.NoError(t, err)
+	}
+	for k, n := range c.calls {
+		if strings.HasPrefix(k, "open ") {
+			assert.Equal(t, 3, n, k) // contents are never cached
+			continue
+		}
+		assert.Equal(t, 1, n, "%s asked %d times", k, n)
+	}
+	assert.NotZero(t, c.calls["readlink class/chain/a"])
+}
+
+type countFS struct {
+	fs.ReadLinkFS
+	calls map[string]int
+}
+
+func (c *countFS) Open(n string) (fs.File, error) { c.calls["open "+n]++; return c.ReadLinkFS.Open(n) }
+func (c *countFS) Lstat(n string) (fs.FileInfo, error) {
+	c.calls["lstat "+n]++
+	return c.ReadLinkFS.Lstat(n)
+}
+func (c *countFS) ReadLink(n string) (string, error) {
+	c.calls["readlink "+n]++
+	return c.ReadLinkFS.ReadLink(n)
+}
+
+func FuzzParseCapture(f *testing.F) {
+	var buf bytes.Buffer
+	if err := sysfs.WriteCapture(&buf, []string{"seed"}, tree()); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.String())
+	f.Add(sysfs.CaptureHeader + "\nf a \"\\x00\\n\" 0644\nl b ../a\nd c\n")
+	f.Add(sysfs.CaptureHeader + "\nl a a\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		es, err := sysfs.ParseCapture(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		m, err := sysfs.NewMemFS(es)
+		if err != nil {
+			return
+		}
+		// What parses writes back and parses to the same tree.
+		var out bytes.Buffer
+		if err := sysfs.WriteCapture(&out, nil, m.Entries()); err != nil {
+			t.Fatalf("write back: %v", err)
+		}
+		es2, err := sysfs.ParseCapture(&out)
+		if err != nil {
+			t.Fatalf("parse back: %v\n%s", err, out.String())
+		}
+		m2, err := sysfs.NewMemFS(es2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalEntries(m.Entries(), m2.Entries()) {
+			t.Fatalf("round trip changed the tree")
+		}
+		// Resolving every path terminates and never panics.
+		r := sysfs.NewReader(m)
+		for _, e := range es {
+			_, _ = r.Resolve(e.Path)
+			_, _ = r.ReadFile(e.Path)
+		}
+	})
+}
+
+func equalEntries(a, b []sysfs.Entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Path != b[i].Path || a[i].Kind != b[i].Kind || !bytes.Equal(a[i].Data, b[i].Data) || a[i].Target != b[i].Target || a[i].Mode != b[i].Mode {
+			return false
+		}
+	}
+	return true
+}
+
