@@ -48,7 +48,7 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil // older drivers have no counters
 		}
-		return nil, &Error{Device: dev, File: dir, Err: cause(err)}
+		return nil, &Error{Device: dev, File: dir, Err: sysfs.Cause(err)}
 	}
 	out := make(map[string]uint64, len(ents))
 	var errs []error
@@ -65,7 +65,7 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 				continue
 			}
 		}
-		errs = append(errs, &Error{Device: dev, File: f, Err: cause(err)})
+		errs = append(errs, &Error{Device: dev, File: f, Err: sysfs.Cause(err)})
 	}
 	return out, errors.Join(errs...)
 }

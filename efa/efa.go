@@ -147,7 +147,7 @@ func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
 			continue
 		}
 		if err != nil {
-			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: cause(err)})
+			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: sysfs.Cause(err)})
 			continue
 		}
 		if len(ents) != 1 {
@@ -167,21 +167,11 @@ func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
 	return res, errors.Join(errs...)
 }
 
-// cause removes the *fs.PathError of a plain read, whose path the caller
-// names already, and keeps a resolve error, whose message names the link.
-func cause(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) && pe.Op != "resolve" && pe.Op != "readlink" {
-		return pe.Err
-	}
-	return err
-}
-
 func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []error) {
 	ib := pci.Path + "/infiniband/" + name
 	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib}
 	var errs []error
-	fail := func(file string, err error) { errs = append(errs, &Error{Device: name, File: file, Err: cause(err)}) }
+	fail := func(file string, err error) { errs = append(errs, &Error{Device: name, File: file, Err: sysfs.Cause(err)}) }
 	// node_guid, sys_image_guid and fw_ver exist for every RDMA device.
 	for _, f := range []struct {
 		name string
@@ -230,7 +220,7 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []erro
 
 func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 	var errs []error
-	fail := func(file string, err error) { errs = append(errs, &Error{Device: dev, File: file, Err: cause(err)}) }
+	fail := func(file string, err error) { errs = append(errs, &Error{Device: dev, File: file, Err: sysfs.Cause(err)}) }
 	n, err := strconv.Atoi(path.Base(dir))
 	if err != nil || n < 1 || n > 255 {
 		fail(dir, fmt.Errorf("%q is not a port number", path.Base(dir)))
@@ -264,7 +254,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 	dir := pci.Path + "/infiniband_verbs"
 	ents, err := r.ReadDir(dir)
 	if err != nil {
-		return nil, &Error{Device: name, File: dir, Err: cause(err)}
+		return nil, &Error{Device: name, File: dir, Err: sysfs.Cause(err)}
 	}
 	var errs []error
 	for _, e := range ents {
@@ -274,7 +264,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 		vd := dir + "/" + e.Name()
 		ibdev, err := r.ReadString(vd + "/ibdev")
 		if err != nil {
-			errs = append(errs, &Error{Device: name, File: vd + "/ibdev", Err: cause(err)})
+			errs = append(errs, &Error{Device: name, File: vd + "/ibdev", Err: sysfs.Cause(err)})
 			continue
 		}
 		if ibdev != name {
@@ -289,7 +279,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 				return &v, nil
 			}
 		}
-		return nil, &Error{Device: name, File: vd + "/dev", Err: cause(err)}
+		return nil, &Error{Device: name, File: vd + "/dev", Err: sysfs.Cause(err)}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -307,7 +297,7 @@ func enaNetdevs(r *sysfs.Reader, tree *pcie.Tree, errs *[]error) []netdev {
 		ents, err := r.ReadDir(d.Path + "/net")
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: cause(err)})
+				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: sysfs.Cause(err)})
 			}
 			continue
 		}

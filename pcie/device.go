@@ -168,7 +168,7 @@ func Discover(r *sysfs.Reader) (*Tree, error) {
 func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 	link := path.Join(DevicesDir, name)
 	fail := func(file string, err error) []error {
-		return []error{&DeviceError{Address: name, File: file, Err: stripPath(err)}}
+		return []error{&DeviceError{Address: name, File: file, Err: sysfs.Cause(err)}}
 	}
 	addr, err := ParseAddress(name)
 	if err != nil {
@@ -219,7 +219,7 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 			err = parse(s)
 		}
 		if err != nil {
-			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: stripPath(err)})
+			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: sysfs.Cause(err)})
 		}
 	}
 	hexInto := func(bits int, dst func(uint64)) func(string) error {
@@ -237,27 +237,18 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 	optional("numa_node", func(s string) (err error) { d.NUMANode, err = ParseNUMANode(s); return })
 	optional("local_cpulist", func(s string) (err error) { d.LocalCPUs, err = ParseCPUList(s); return })
 
-	drv, err := r.ReadLink(file("driver"))
+	// The driver is the base name of the link; resolving it proves the
+	// driver directory exists (a dangling link is damage, not a driver).
+	drv, err := r.Resolve(file("driver"))
 	switch {
 	case err == nil:
 		d.Driver = path.Base(drv)
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 		// unbound
 	default:
-		errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: stripPath(err)})
+		errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: sysfs.Cause(err)})
 	}
 	return d, errs
-}
-
-func stripPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		if pe.Op == "resolve" || pe.Op == "readlink" {
-			return err // the path may name the link that failed
-		}
-		return pe.Err
-	}
-	return err
 }
 
 // isRootComplex reports whether s names a root complex directory,

@@ -1,0 +1,160 @@
+package efa_test
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/fakesys"
+)
+
+// smallSwitch is one p5-style switch: root pci0000:44, root port, switch
+// upstream port, three downstream ports with two EFAs and one GPU, and an
+// ENA on the root bus.
+func smallSwitch() *fakesys.Builder {
+	b := fakesys.New()
+	b.NUMANodes(32, "0-3")
+	br := func(addr, parent string) {
+		b.AddPCI(fakesys.PCI{Addr: addr, Parent: parent, Vendor: 0x1d0f, Device: 0x0200, Class: 0x060400, Driver: "pcieport", NUMA: 0, CPUs: "0-3"})
+	}
+	br("0000:44:00.0", "")
+	br("0000:45:00.0", "0000:44:00.0")
+	for i, ep := range []string{"0000:47:00.0", "0000:48:00.0", "0000:49:00.0"} {
+		port := "0000:46:0" + string(rune('1'+i)) + ".0"
+		br(port, "0000:45:00.0")
+		p := fakesys.PCI{Addr: ep, Parent: port, Vendor: 0x1d0f, Device: 0xefa1, Class: 0x020000, Driver: "efa", NUMA: 0, CPUs: "0-3"}
+		if i == 2 {
+			p = fakesys.PCI{Addr: ep, Parent: port, Vendor: 0x10de, Device: 0x2330, Class: 0x030200, Driver: "nvidia", NUMA: 0, CPUs: "0-3"}
+		}
+		b.AddPCI(p)
+	}
+	b.AddEFA(fakesys.EFA{Addr: "0000:47:00.0", IBName: "rdmap71s0", Rate: "100 Gb/sec (4X EDR)", NodeGUID: "cd77:f833:0000:1001", GID: "fe80:0000:0000:0000:0000:00ff:fe00:0001"})
+	b.AddEFA(fakesys.EFA{Addr: "0000:48:00.0", IBName: "rdmap72s0", Rate: "100 Gb/sec (4X EDR)", NodeGUID: "cd77:f833:0000:1002", GID: "fe80:0000:0000:0000:0000:00ff:fe00:0002"})
+	b.AddPCI(fakesys.PCI{Addr: "0000:44:01.0", Vendor: 0x1d0f, Device: 0xec20, Class: 0x020000, Driver: "ena", NUMA: 0, CPUs: "0-3"})
+	b.AddNetdev("0000:44:01.0", "ens32", "02:00:00:00:00:01")
+	return b
+}
+
+func names(ds []*efa.Device) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func TestDiscoverSmall(t *testing.T) {
+	t.Parallel()
+	tree, res, err := efa.Scan(smallSwitch().FS())
+	require.NoError(t, err)
+	require.Len(t, tree.Devices, 9)
+	require.Equal(t, []string{"rdmap71s0", "rdmap72s0"}, names(res.EFAs))
+	d := res.EFAs[1]
+	assert.Equal(t, "0000:48:00.0", d.PCI.Address.String())
+	assert.Equal(t, "pci0000:44", d.PCI.Root)
+	assert.Equal(t, "efa1", d.Generation.String())
+	assert.Equal(t, "cd77:f833:0000:1002", d.NodeGUID)
+	require.NotNil(t, d.Verbs)
+	assert.Equal(t, "uverbs1", d.Verbs.Name)
+	assert.Equal(t, "/dev/infiniband/uverbs1", d.Verbs.DevicePath())
+	assert.Equal(t, [2]uint32{231, 193}, [2]uint32{d.Verbs.Major, d.Verbs.Minor})
+	require.Len(t, d.Ports, 1)
+	assert.Equal(t, efa.Port{Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Unknown", Rate: "100 Gb/sec (4X EDR)", RateGbps: 100, GID: "fe80:0000:0000:0000:0000:00ff:fe00:0002"}, d.Ports[0])
+	var chain []string
+	for _, br := range d.PCI.Bridges() {
+		chain = append(chain, br.Address.String())
+	}
+	assert.Equal(t, []string{"0000:44:00.0", "0000:45:00.0", "0000:46:02.0"}, chain)
+	assert.Equal(t, 0, d.PCI.NUMANode)
+	assert.Equal(t, "0-3", d.PCI.LocalCPUs.String())
+	assert.Empty(t, d.Netdev, "the ENA sits on the root bus, not beside this EFA's port")
+
+	c, err := d.ReadCounters(smallSwitch().FS())
+	require.NoError(t, err)
+	assert.Len(t, c.Device, 13)
+	assert.Contains(t, c.Ports[1], "rdma_read_bytes")
+}
+
+func TestNetdevByGID(t *testing.T) {
+	t.Parallel()
+	b := smallSwitch()
+	// An ENA whose MAC makes rdmap72s0's GID by EUI-64.
+	b.Attr("devices/pci0000:44/0000:44:01.0/net/ens32/address", "02:00:00:00:00:02")
+	_, res, err := efa.Scan(b.FS())
+	require.NoError(t, err)
+	assert.Equal(t, "", res.EFAs[0].Netdev)
+	assert.Equal(t, "ens32", res.EFAs[1].Netdev)
+}
+
+func TestInactiveEFA(t *testing.T) {
+	t.Parallel()
+	b := smallSwitch()
+	b.Remove("devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:01.0/0000:47:00.0/infiniband")
+	_, res, err := efa.Scan(b.FS())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"rdmap72s0"}, names(res.EFAs))
+	require.Len(t, res.Inactive, 1)
+	assert.Equal(t, "0000:47:00.0", res.Inactive[0].Address.String())
+}
+
+func TestMlx5IsNotEFA(t *testing.T) {
+	t.Parallel()
+	b := smallSwitch()
+	b.AddPCI(fakesys.PCI{Addr: "0000:73:00.0", Vendor: 0x15b3, Device: 0x1021, Class: 0x020700, Driver: "mlx5_core", NUMA: 0, CPUs: "0-3"})
+	b.AddEFA(fakesys.EFA{Addr: "0000:73:00.0", IBName: "ibp115s0f0", Rate: "400 Gb/sec (4X NDR)", NodeGUID: "0000:0000:0000:0001"})
+	_, res, err := efa.Scan(b.FS())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"rdmap71s0", "rdmap72s0"}, names(res.EFAs))
+}
+
+// damaged is rdmap72s0's PCI function, which each damage case breaks.
+const damaged = "devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:02.0/0000:48:00.0"
+
+func TestDamage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		damage func(b *fakesys.Builder)
+		file   string   // the error must name this file
+		device string   // and this device
+		want   []string // the EFAs still found
+		is     error
+	}{
+		{"missing file", func(b *fakesys.Builder) { b.Remove(damaged + "/vendor") }, damaged + "/vendor", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"missing uverbs dev", func(b *fakesys.Builder) { b.Remove(damaged + "/infiniband_verbs/uverbs1/dev") }, damaged + "/infiniband_verbs/uverbs1/dev", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		{"empty file", func(b *fakesys.Builder) { b.File(damaged+"/numa_node", "") }, damaged + "/numa_node", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		{"garbage number", func(b *fakesys.Builder) { b.Attr(damaged+"/device", "0xefa1zz") }, damaged + "/device", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"garbage rate", func(b *fakesys.Builder) { b.Attr(damaged+"/infiniband/rdmap72s0/ports/1/rate", "fast") }, damaged + "/infiniband/rdmap72s0/ports/1/rate", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		{"dangling link", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "../../../devices/pci0000:44/gone") }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, fs.ErrNotExist},
+		{"dangling driver link", func(b *fakesys.Builder) { b.RawLink(damaged+"/driver", "../../../../../../bus/pci/drivers/nothing") }, damaged + "/driver", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		{"link loop", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "0000:48:00.0") }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"link leaving the root", func(b *fakesys.Builder) {
+			b.RawLink("bus/pci/devices/0000:48:00.0", "../../../../etc/0000:48:00.0")
+		}, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"absolute link", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "/sys/"+damaged) }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"unreadable file", func(b *fakesys.Builder) { b.FileMode(damaged+"/infiniband/rdmap72s0/node_guid", "", 0o200) }, damaged + "/infiniband/rdmap72s0/node_guid", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		{"very large file", func(b *fakesys.Builder) { b.File(damaged+"/class", "0x020000"+strings.Repeat(" ", 1<<20)) }, damaged + "/class", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"two RDMA devices", func(b *fakesys.Builder) { b.Dir(damaged + "/infiniband/rdmap72s1") }, damaged + "/infiniband", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := smallSwitch()
+			tc.damage(b)
+			_, res, err := efa.Scan(b.FS())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.file)
+			assert.Contains(t, err.Error(), tc.device)
+			assert.Equal(t, tc.want, names(res.EFAs), "the other devices are still found")
+			if tc.is != nil {
+				assert.True(t, errors.Is(err, tc.is))
+			}
+			// One error line per damaged thing, not a cascade.
+			assert.Len(t, strings.Split(err.Error(), "\n"), 1, err.Error())
+		})
+	}
+}
