@@ -130,7 +130,9 @@ func TestDamage(t *testing.T) {
 		{"empty file", func(b *fakesys.Builder) { b.File(damaged+"/numa_node", "") }, damaged + "/numa_node", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 		{"garbage number", func(b *fakesys.Builder) { b.Attr(damaged+"/device", "0xefa1zz") }, damaged + "/device", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"garbage rate", func(b *fakesys.Builder) { b.Attr(damaged+"/infiniband/rdmap72s0/ports/1/rate", "fast") }, damaged + "/infiniband/rdmap72s0/ports/1/rate", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
-		{"dangling link", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "../../../devices/pci0000:44/gone") }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, fs.ErrNotExist},
+		{"dangling link", func(b *fakesys.Builder) {
+			b.RawLink("bus/pci/devices/0000:48:00.0", "../../../devices/pci0000:44/gone")
+		}, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, fs.ErrNotExist},
 		{"dangling driver link", func(b *fakesys.Builder) { b.RawLink(damaged+"/driver", "../../../../../../bus/pci/drivers/nothing") }, damaged + "/driver", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 		{"link loop", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "0000:48:00.0") }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"link leaving the root", func(b *fakesys.Builder) {

@@ -171,7 +171,9 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []erro
 	ib := pci.Path + "/infiniband/" + name
 	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib}
 	var errs []error
-	fail := func(file string, err error) { errs = append(errs, &Error{Device: name, File: file, Err: sysfs.Cause(err)}) }
+	fail := func(file string, err error) {
+		errs = append(errs, &Error{Device: name, File: file, Err: sysfs.Cause(err)})
+	}
 	// node_guid, sys_image_guid and fw_ver exist for every RDMA device.
 	for _, f := range []struct {
 		name string
@@ -220,7 +222,9 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []erro
 
 func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 	var errs []error
-	fail := func(file string, err error) { errs = append(errs, &Error{Device: dev, File: file, Err: sysfs.Cause(err)}) }
+	fail := func(file string, err error) {
+		errs = append(errs, &Error{Device: dev, File: file, Err: sysfs.Cause(err)})
+	}
 	n, err := strconv.Atoi(path.Base(dir))
 	if err != nil || n < 1 || n > 255 {
 		fail(dir, fmt.Errorf("%q is not a port number", path.Base(dir)))

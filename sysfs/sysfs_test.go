@@ -314,4 +314,3 @@ func equalEntries(a, b []sysfs.Entry) bool {
 	}
 	return true
 }
-

@@ -55,24 +55,31 @@ type held struct {
 // fixture's note says about it.
 type machine struct {
 	*fakesys.Builder
-	seed  int      // makes MACs, GUIDs and GIDs differ between fixtures
-	nodes []string // CPU list per NUMA node
-	all   string   // every CPU, for devices without a NUMA node
-	p2p   string   // the out-of-tree efa driver's p2p file on every EFA; "" for none
-	zeroGUID bool  // EFA node_guid all zeros (first-generation EFA)
+	seed     int      // makes MACs, GUIDs and GIDs differ between fixtures
+	nodes    []string // CPU list per NUMA node
+	all      string   // every CPU, for devices without a NUMA node
+	p2p      string   // the out-of-tree efa driver's p2p file on every EFA; "" for none
+	zeroGUID bool     // EFA node_guid all zeros (first-generation EFA)
 
-	rdma  []rdma
-	held  [numRoles]held
+	rdma       []rdma
+	held       [numRoles]held
 	neuronDevs int
-	macs  int
-	seen  []string
-	inf   []string
+	macs       int
+	enaMAC     map[string]string // ENA address -> its netdev's MAC
+	eniOf      map[string]string // EFA address -> the ENA of the same interface
+	notes      []note
 }
+
+// A note is one provenance line of a fixture: tag is seen, src or inf.
+type note struct{ tag, text string }
+
+func (n note) String() string { return "[" + n.tag + "] " + n.text }
 
 // newMachine starts a fixture for instance type product with the given
 // NUMA nodes (CPU lists) and distance between them.
 func newMachine(product string, seed, far int, all string, nodes ...string) *machine {
-	m := &machine{Builder: fakesys.New(), seed: seed, nodes: nodes, all: all}
+	m := &machine{Builder: fakesys.New(), seed: seed, nodes: nodes, all: all,
+		enaMAC: make(map[string]string), eniOf: make(map[string]string)}
 	m.Product(product)
 	m.NUMANodes(far, nodes...)
 	// The loopback interface: a class/net entry with no PCI device.
@@ -84,9 +91,15 @@ func newMachine(product string, seed, far int, all string, nodes ...string) *mac
 	return m
 }
 
-// Seen and Inf record the fixture's provenance notes.
-func (m *machine) Seen(format string, a ...any) { m.seen = append(m.seen, fmt.Sprintf(format, a...)) }
-func (m *machine) Inf(format string, a ...any)  { m.inf = append(m.inf, fmt.Sprintf(format, a...)) }
+// Seen, Src and Inf record the fixture's provenance notes, tagged as in
+// HARDWARE.md: seen on a real machine, read in source, or inferred.
+func (m *machine) Seen(format string, a ...any) { m.note("seen", format, a...) }
+func (m *machine) Src(format string, a ...any)  { m.note("src", format, a...) }
+func (m *machine) Inf(format string, a ...any)  { m.note("inf", format, a...) }
+
+func (m *machine) note(tag, format string, a ...any) {
+	m.notes = append(m.notes, note{tag, fmt.Sprintf(format, a...)})
+}
 
 func (m *machine) cpus(node int) string {
 	if node < 0 {
@@ -170,8 +183,32 @@ func ena(ifname string) device {
 			ifname = fmt.Sprintf("enp%ds%d", bus, slot)
 		}
 		m.macs++
-		m.AddNetdev(addr, ifname, fmt.Sprintf("02:%02x:0e:4a:%02x:%02x", m.seed, m.macs>>8, m.macs&0xff))
+		mac := fmt.Sprintf("02:%02x:0e:4a:%02x:%02x", m.seed, m.macs>>8, m.macs&0xff)
+		m.enaMAC[addr] = mac
+		m.AddNetdev(addr, ifname, mac)
 	}
+}
+
+// eni records that the EFA at efaAddr and the ENA at enaAddr are the two
+// functions of one EFA network interface: the EFA's GID is then the EUI-64
+// link-local address of the ENA's MAC.
+func (m *machine) eni(efaAddr, enaAddr string) { m.eniOf[efaAddr] = enaAddr }
+
+// eui64GID is the link-local GID that EUI-64 makes from mac.
+func eui64GID(mac [6]byte) string {
+	return fmt.Sprintf("fe80:0000:0000:0000:%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^2, mac[1], mac[2], mac[3], mac[4], mac[5])
+}
+
+func parseMAC(s string) [6]byte {
+	var b [6]byte
+	for i, p := range strings.Split(s, ":") {
+		v, err := strconv.ParseUint(p, 16, 8)
+		if err != nil || i >= 6 {
+			panic("fixturegen: bad MAC " + s)
+		}
+		b[i] = byte(v)
+	}
+	return b
 }
 
 // rdma is an RDMA device whose infiniband side is added once the whole PCI
@@ -270,6 +307,11 @@ func densePorts(root, n int, devs ...at) []port {
 // finish adds the RDMA side of every EFA and mlx5 function in PCI address
 // order, so that uverbs numbers follow the bus order.
 func (m *machine) finish() *machine {
+	for efa, ena := range m.eniOf {
+		if m.PCIDir(efa) == "" || m.enaMAC[ena] == "" {
+			panic("fixturegen: interface pairs " + efa + " with " + ena + ", one of which is missing")
+		}
+	}
 	slices.SortFunc(m.rdma, func(a, b rdma) int { return strings.Compare(a.addr, b.addr) })
 	for i, r := range m.rdma {
 		if r.mlx5 {
@@ -280,11 +322,13 @@ func (m *machine) finish() *machine {
 		if m.zeroGUID {
 			guid = "0000:0000:0000:0000"
 		}
-		m.AddEFA(fakesys.EFA{
-			Addr: r.addr, IBName: r.name, Rate: r.rate, NodeGUID: guid, P2P: m.p2p,
-			// EUI-64 of a locally administered pseudo-MAC 0e:SS:ef:a0:NN:NN.
-			GID: fmt.Sprintf("fe80:0000:0000:0000:0c%02x:efff:fea0:%04x", m.seed, i+1),
-		})
+		// An EFA-only interface has no ENA: its MAC is a locally
+		// administered 0e:SS:ef:a0:NN:NN that no netdev carries.
+		mac := [6]byte{0x0e, byte(m.seed), 0xef, 0xa0, byte((i + 1) >> 8), byte(i + 1)}
+		if ena, ok := m.eniOf[r.addr]; ok {
+			mac = parseMAC(m.enaMAC[ena])
+		}
+		m.AddEFA(fakesys.EFA{Addr: r.addr, IBName: r.name, Rate: r.rate, NodeGUID: guid, P2P: m.p2p, GID: eui64GID(mac)})
 	}
 	return m
 }
