@@ -11,7 +11,10 @@ require (
 )
 
 require (
+	github.com/Mellanox/rdmamap v1.1.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/mod v0.43.0 // indirect
 )

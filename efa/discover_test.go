@@ -2,6 +2,7 @@ package efa_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -159,4 +160,26 @@ func TestDamage(t *testing.T) {
 			assert.Len(t, strings.Split(err.Error(), "\n"), 1, err.Error())
 		})
 	}
+}
+
+func TestNetdevFallback(t *testing.T) {
+	t.Parallel()
+	flat := func(efas int) *fakesys.Builder {
+		b := fakesys.New()
+		b.AddPCI(fakesys.PCI{Addr: "0000:10:01.0", Vendor: 0x1d0f, Device: 0xec20, Class: 0x020000, Driver: "ena", NUMA: -1, CPUs: "0-1"})
+		b.AddNetdev("0000:10:01.0", "ens32", "02:00:00:00:00:99") // its EUI-64 is no EFA's GID
+		for i := range efas {
+			addr := fmt.Sprintf("0000:10:1%d.0", i)
+			b.AddPCI(fakesys.PCI{Addr: addr, Vendor: 0x1d0f, Device: 0xefa0, Class: 0x020000, Driver: "efa", NUMA: -1, CPUs: "0-1"})
+			b.AddEFA(fakesys.EFA{Addr: addr, IBName: fmt.Sprintf("rdmap16s1%d", i), Rate: "100 Gb/sec (4X EDR)", NodeGUID: "0000:0000:0000:0000"})
+		}
+		return b
+	}
+	_, res, err := efa.Scan(flat(1).FS())
+	require.NoError(t, err)
+	assert.Equal(t, "ens32", res.EFAs[0].Netdev, "one ENA and one EFA on a root bus are one interface")
+	_, res, err = efa.Scan(flat(2).FS())
+	require.NoError(t, err)
+	assert.Equal(t, "", res.EFAs[0].Netdev, "ambiguous: no guess")
+	assert.Equal(t, "", res.EFAs[1].Netdev)
 }

@@ -160,10 +160,10 @@ func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
 		dev, derrs := readDevice(r, d, ents[0].Name())
 		errs = append(errs, derrs...)
 		if dev != nil {
-			dev.Netdev = pickNetdev(dev, enas)
 			res.EFAs = append(res.EFAs, dev)
 		}
 	}
+	pairNetdevs(res.EFAs, enas)
 	return res, errors.Join(errs...)
 }
 
@@ -322,31 +322,55 @@ type netdev struct {
 	pci  *pcie.Device
 }
 
-// pickNetdev finds the ENA interface of the same network interface as the
-// EFA. The EFA's GID is the IPv6 link-local address made from the ENI's MAC
-// (EUI-64), which names the ENA exactly; without a match, the one ENA
-// function under the same upstream bridge (or root bus) is taken.
-func pickNetdev(d *Device, enas []netdev) string {
+// pairNetdevs finds the ENA interface of the same network interface as
+// each EFA. The EFA's GID is the IPv6 link-local address that EUI-64 makes
+// from the interface's MAC, which names its ENA exactly. An EFA without such
+// a match takes the ENA of its segment (same upstream bridge, or same root
+// bus) only when that segment has exactly one ENA and one EFA left
+// unmatched; otherwise it is an EFA-only interface.
+func pairNetdevs(efas []*Device, enas []netdev) {
+	used := make(map[int]bool)
+	var rest []*Device
+	for _, d := range efas {
+		i := gidMatch(d, enas)
+		if i >= 0 && !used[i] {
+			used[i] = true
+			d.Netdev = enas[i].name
+			continue
+		}
+		rest = append(rest, d)
+	}
+	for _, d := range rest {
+		var cand []int
+		for i, n := range enas {
+			if !used[i] && sameSegment(n.pci, d.PCI) {
+				cand = append(cand, i)
+			}
+		}
+		peers := 0
+		for _, o := range rest {
+			if sameSegment(o.PCI, d.PCI) {
+				peers++
+			}
+		}
+		if len(cand) == 1 && peers == 1 {
+			d.Netdev = enas[cand[0]].name
+		}
+	}
+}
+
+func gidMatch(d *Device, enas []netdev) int {
 	for _, p := range d.Ports {
 		if p.GID == "" {
 			continue
 		}
-		for _, n := range enas {
+		for i, n := range enas {
 			if n.mac != "" && eui64GID(n.mac) == strings.ToLower(p.GID) {
-				return n.name
+				return i
 			}
 		}
 	}
-	var same []netdev
-	for _, n := range enas {
-		if sameSegment(n.pci, d.PCI) {
-			same = append(same, n)
-		}
-	}
-	if len(same) == 1 {
-		return same[0].name
-	}
-	return ""
+	return -1
 }
 
 func sameSegment(a, b *pcie.Device) bool {

@@ -41,6 +41,8 @@ const (
 	roleNVMe
 	roleBridge
 	numRoles
+
+	roleNone role = -1 // not counted: host bridge, VGA
 )
 
 var roleNames = [numRoles]string{"GPU", "EFA", "Neuron", "mlx5", "NVSwitch", "ENA", "NVMe", "bridge port"}
@@ -119,7 +121,7 @@ func (m *machine) count(r role, vendor, device uint16) {
 
 // fn adds one PCI function with its NUMA node's CPU list.
 func (m *machine) fn(r role, addr, parent string, node int, vendor, device uint16, class uint32, rev uint8, driver string) string {
-	if r < numRoles {
+	if r != roleNone {
 		m.count(r, vendor, device)
 	}
 	return m.AddPCI(fakesys.PCI{
@@ -139,8 +141,8 @@ func (m *machine) bridge(addr, parent string, node, secondary, subordinate int) 
 // legacyBus adds root bus 0 as every Nitro instance has it: the emulated
 // host bridge, the VGA function and the EBS root volume.
 func (m *machine) legacyBus(node int) {
-	m.fn(numRoles, "0000:00:00.0", "", node, intel, 0x1237, classHostBridge, 0x02, "")
-	m.fn(numRoles, "0000:00:03.0", "", node, amazon, 0x1111, classVGA, 0, "")
+	m.fn(roleNone, "0000:00:00.0", "", node, intel, 0x1237, classHostBridge, 0x02, "")
+	m.fn(roleNone, "0000:00:03.0", "", node, amazon, 0x1111, classVGA, 0, "")
 	m.fn(roleNVMe, "0000:00:04.0", "", node, amazon, 0x8061, classNVMe, 0, "nvme")
 }
 
@@ -178,6 +180,7 @@ func neuron(id uint16) device {
 func ena(ifname string) device {
 	return func(m *machine, addr, parent string, node int) {
 		m.fn(roleENA, addr, parent, node, amazon, 0xec20, classEthernet, 0, "ena")
+		ifname := ifname
 		if ifname == "" {
 			bus, slot, _ := splitAddr(addr)
 			ifname = fmt.Sprintf("enp%ds%d", bus, slot)
@@ -223,6 +226,7 @@ type rdma struct {
 func efa(id uint16, rate, name string) device {
 	return func(m *machine, addr, parent string, node int) {
 		m.fn(roleEFA, addr, parent, node, amazon, id, classEthernet, 0, "efa")
+		name := name
 		if name == "" {
 			name = rdmapName(addr)
 		}
@@ -230,10 +234,10 @@ func efa(id uint16, rate, name string) device {
 	}
 }
 
-// mlx5 adds a ConnectX-7 function (15b3:101d [inf]) in InfiniBand mode.
+// mlx5 adds a ConnectX-7 function (15b3:1021 [inf]) in InfiniBand mode.
 func mlx5(name, rate string) device {
 	return func(m *machine, addr, parent string, node int) {
-		m.fn(roleMLX5, addr, parent, node, mellanox, 0x101d, classInfiniBand, 0, "mlx5_core")
+		m.fn(roleMLX5, addr, parent, node, mellanox, 0x1021, classInfiniBand, 0, "mlx5_core")
 		m.rdma = append(m.rdma, rdma{addr: addr, name: name, rate: rate, mlx5: true})
 	}
 }
@@ -248,7 +252,7 @@ type at struct {
 // for each at.
 func (m *machine) flatRoot(bus, node int, devs ...at) {
 	for _, d := range devs {
-		d.dev(m, fmt.Sprintf("0000:%02x:%02x.0", bus, d.n), "", node)
+		d.dev(m, addr(bus, d.n), "", node)
 	}
 }
 
@@ -263,8 +267,7 @@ type port struct {
 // root:00.0 [root+1..last] -> upstream port (root+1):00.0 [root+2..last] ->
 // the downstream ports on bus root+2, each with its endpoint at bus:00.0.
 func (m *machine) pcieSwitch(root, last, node int, ports []port) {
-	rp := fmt.Sprintf("0000:%02x:00.0", root)
-	up := fmt.Sprintf("0000:%02x:00.0", root+1)
+	rp, up := addr(root, 0), addr(root+1, 0)
 	m.bridge(rp, "", node, root+1, last)
 	m.bridge(up, rp, node, root+2, last)
 	for _, p := range ports {
@@ -274,7 +277,7 @@ func (m *machine) pcieSwitch(root, last, node int, ports []port) {
 		dp := fmt.Sprintf("0000:%02x:%02x.%d", root+2, p.slot, p.fn)
 		m.bridge(dp, up, node, p.bus, p.bus)
 		if p.dev != nil {
-			p.dev(m, fmt.Sprintf("0000:%02x:00.0", p.bus), dp, node)
+			p.dev(m, addr(p.bus, 0), dp, node)
 		}
 	}
 }
@@ -307,9 +310,9 @@ func densePorts(root, n int, devs ...at) []port {
 // finish adds the RDMA side of every EFA and mlx5 function in PCI address
 // order, so that uverbs numbers follow the bus order.
 func (m *machine) finish() *machine {
-	for efa, ena := range m.eniOf {
-		if m.PCIDir(efa) == "" || m.enaMAC[ena] == "" {
-			panic("fixturegen: interface pairs " + efa + " with " + ena + ", one of which is missing")
+	for e, n := range m.eniOf {
+		if m.PCIDir(e) == "" || m.enaMAC[n] == "" {
+			panic("fixturegen: interface pairs EFA " + e + " with ENA " + n + ", one of which is missing")
 		}
 	}
 	slices.SortFunc(m.rdma, func(a, b rdma) int { return strings.Compare(a.addr, b.addr) })
@@ -325,8 +328,8 @@ func (m *machine) finish() *machine {
 		// An EFA-only interface has no ENA: its MAC is a locally
 		// administered 0e:SS:ef:a0:NN:NN that no netdev carries.
 		mac := [6]byte{0x0e, byte(m.seed), 0xef, 0xa0, byte((i + 1) >> 8), byte(i + 1)}
-		if ena, ok := m.eniOf[r.addr]; ok {
-			mac = parseMAC(m.enaMAC[ena])
+		if n, ok := m.eniOf[r.addr]; ok {
+			mac = parseMAC(m.enaMAC[n])
 		}
 		m.AddEFA(fakesys.EFA{Addr: r.addr, IBName: r.name, Rate: r.rate, NodeGUID: guid, P2P: m.p2p, GID: eui64GID(mac)})
 	}
@@ -370,6 +373,9 @@ func (m *machine) addNeurons(cores int, arch, inst, name string, torus [][]int) 
 		m.neuronDevs++
 	}
 }
+
+// addr is the canonical address of function 0 of bus:slot in domain 0.
+func addr(bus, slot int) string { return fmt.Sprintf("0000:%02x:%02x.0", bus, slot) }
 
 // splitAddr returns the bus, slot and function of a canonical address.
 func splitAddr(addr string) (bus, slot, fn int) {

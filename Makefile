@@ -1,0 +1,54 @@
+# efakit: make test is what CI runs (.ci/run).
+GO       ?= go
+PKGS     := ./...
+FUZZTIME ?= 20s
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: all test lint unit modzip fixtures bench bench-compare fuzz build clean
+
+all: build test
+
+## test: everything CI checks: format, vet, unit tests with the race
+## detector (fuzz seed corpora included), fixture drift, module zip.
+test: lint unit modzip
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	cd bench && $(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 $(PKGS)
+
+## modzip: the committed tree packs as the module zip `go get` downloads.
+modzip:
+	$(GO) run ./internal/modzip
+
+## fixtures: rebuild testdata/sysfs from internal/fixturegen.
+fixtures:
+	$(GO) run ./internal/fixturegen -o testdata/sysfs
+
+## bench: efakit's own benchmarks.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+## bench-compare: efakit against jaypipes/ghw and prometheus/procfs on the
+## same trees, in one run (a separate module keeps them out of go.mod).
+bench-compare:
+	cd bench && $(GO) test -run='^$$' -bench=. -benchmem -count=5 ./...
+
+## fuzz: run every fuzz target for FUZZTIME each.
+fuzz:
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$t"; \
+	    $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/efakit ./cmd/efakit
+
+clean:
+	rm -rf bin

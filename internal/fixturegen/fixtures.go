@@ -1,0 +1,276 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// A fixture is one instance type's synthetic sysfs tree, written to
+// testdata/sysfs/<name>.sysfs.
+type fixture struct {
+	name  string
+	build func() *machine
+}
+
+var fixtures = []fixture{
+	{"p4d.24xlarge", p4d},
+	{"p5.48xlarge", p5},
+	{"p5en.48xlarge", p5en},
+	{"p6-b200.48xlarge", p6b200},
+	{"trn1.32xlarge", trn1},
+	{"trn2.48xlarge", trn2},
+	{"g5.8xlarge", g5},
+	{"m5.xlarge", m5},
+}
+
+// EFA port rates.
+const (
+	rate100 = "100 Gb/sec (4X EDR)"
+	rate200 = "200 Gb/sec (4X HDR)"
+	rate400 = "400 Gb/sec (8X HDR)"
+)
+
+// CPU lists of the two-socket 192-vCPU hosts (p5, p5en, p6-b200, trn2).
+const (
+	cpus192      = "0-191"
+	cpus192Node0 = "0-47,96-143"
+	cpus192Node1 = "48-95,144-191"
+)
+
+// torus4x4 is the trn1 Neuron torus (device: its neighbours) from
+// HARDWARE.md.
+var torus4x4 = [][]int{
+	{12, 3, 4, 1}, {13, 0, 5, 2}, {14, 1, 6, 3}, {15, 2, 7, 0},
+	{0, 7, 8, 5}, {1, 4, 9, 6}, {2, 5, 10, 7}, {3, 6, 11, 4},
+	{4, 11, 12, 9}, {5, 8, 13, 10}, {6, 9, 14, 11}, {7, 10, 15, 8},
+	{8, 15, 0, 13}, {9, 12, 1, 14}, {10, 13, 2, 15}, {11, 14, 3, 12},
+}
+
+// p4d: no switches; each of four root buses holds an ENA, an EFA, two GPUs
+// and two NVMe disks.
+func p4d() *machine {
+	m := newMachine("p4d.24xlarge", 1, 21, "0-95", "0-23,48-71", "24-47,72-95")
+	m.zeroGUID = true
+	m.p2p = "NVIDIA"
+	m.legacyBus(0)
+	ifnames := map[int]string{0x10: "ens32"}
+	for _, r := range []struct{ bus, node int }{{0x10, 0}, {0x20, 0}, {0x90, 1}, {0xa0, 1}} {
+		m.flatRoot(r.bus, r.node,
+			at{0x01, ena(ifnames[r.bus])},
+			at{0x1b, efa(0xefa0, rate100, "")},
+			at{0x1c, gpu(0x20b0)}, at{0x1d, gpu(0x20b0)},
+			at{0x1e, nvme()}, at{0x1f, nvme()})
+		m.eni(addr(r.bus, 0x1b), addr(r.bus, 0x01))
+	}
+	for slot := 0x1a; slot <= 0x1f; slot++ {
+		m.flatRoot(0x80, 1, at{slot, nvswitch(0x1af1)})
+	}
+	m.Seen("roots pci0000:10, :20, :90, :a0 with no bridges; on each XX:1b.0 EFA 1d0f:efa0, XX:1c.0 and XX:1d.0 A100 10de:20b0, XX:1e.0 and XX:1f.0 NVMe")
+	m.Seen("EFA names rdmap16s27, rdmap32s27, rdmap144s27, rdmap160s27; rate %q; node_guid all zeros", rate100)
+	m.Seen("NUMA: roots 10 and 20 on node 0, 90 and a0 on node 1; NVSwitch 10de:1af1 at 80:1a.0")
+	m.Inf("NVSwitches 80:1b.0-80:1f.0 (six in all), their root pci0000:80 on NUMA node 1, driver nvidia")
+	m.Inf("one ENA 1d0f:ec20 at XX:01.0 on every root (HARDWARE.md: ENA at XX:01.0), netdevs ens32 (10:01.0), enp32s1, enp144s1, enp160s1")
+	m.Inf("each root's ENA and EFA are one EFA interface: the EFA's GID is the EUI-64 link-local address of the ENA's MAC")
+	m.Inf("96 vCPUs: node 0 0-23,48-71, node 1 24-47,72-95, distance 21")
+	m.Inf("p2p file \"NVIDIA\" on every EFA (out-of-tree efa driver with GPUDirect)")
+	m.Inf("the NVMe disks XX:1e.0/XX:1f.0 are local instance store 1d0f:cd01")
+	return m.finish()
+}
+
+// p5: each GPU and its four EFAs behind one Amazon switch under its own
+// host bridge, 0x11 buses apart.
+func p5() *machine {
+	m := newMachine("p5.48xlarge", 2, 32, cpus192, cpus192Node0, cpus192Node1)
+	m.p2p = "NVIDIA"
+	m.legacyBus(0)
+	for k := range 8 {
+		root := 0x44 + 0x11*k
+		devs := []at{
+			{root + 0x0b, efa(0xefa1, rate100, "")},
+			{root + 0x0c, efa(0xefa1, rate100, "")},
+			{root + 0x0d, efa(0xefa1, rate100, "")},
+			{root + 0x0e, efa(0xefa1, rate100, "")},
+			{root + 0x0f, gpu(0x2330)},
+			{root + 0x10, nvme()},
+		}
+		if k == 0 {
+			devs = append(devs, at{root + 3, ena("")})
+		}
+		m.pcieSwitch(root, root+0x10, k/4, sparsePorts(root, devs...))
+	}
+	m.eni(addr(0x4f, 0), addr(0x47, 0))
+	for slot := range 4 {
+		m.flatRoot(0xe0, 1, at{slot, nvswitch(0x22a3)})
+	}
+	m.Seen("GPU0 chain: pci0000:44 -> 44:00.0 (1d0f:0200, buses 45-54) -> 45:00.0 switch upstream -> downstream ports 46:xx.0; EFAs 4f:00.0-52:00.0 (rdmap79s0-rdmap82s0), H100 10de:2330 at 53:00.0")
+	m.Seen("GPU and EFA buses of all eight switches as the HARDWARE.md p5 table: GPUs 53, 64, 75, 86, 97, a8, b9, ca; EFAs 4f-52, 60-63, 71-74, 82-85, 93-96, a4-a7, b5-b8, c6-c9 (32 x 1d0f:efa1, rate %q)", rate100)
+	m.Seen("NUMA: GPUs 0-3 on node 0, 4-7 on node 1; NUMA distance 32")
+	m.Inf("root buses of GPUs 1-7 0x44+0x11*k (55, 66, 77, 88, 99, aa, bb), each root port forwarding root+1..root+0x10")
+	m.Inf("one downstream port per endpoint, numbered by the bus it leads to (46:01.0 -> bus 47, 46:09.0 -> bus 4f); no empty ports")
+	m.Inf("one local NVMe 1d0f:cd01 per switch at root+0x10 (54, 65, ..., cb)")
+	m.Inf("the only ENA at 47:00.0 (netdev enp71s0) behind the first switch, one interface with EFA rdmap79s0 (whose GID is the EUI-64 of the ENA's MAC); the other 31 EFAs are EFA-only interfaces")
+	m.Inf("four NVSwitches 10de:22a3 flat on root pci0000:e0 (e0:00.0-e0:03.0), NUMA node 1, driver nvidia")
+	m.Inf("192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191")
+	m.Inf("p2p file \"NVIDIA\" on every EFA")
+	return m.finish()
+}
+
+// p5enPorts is the port count of the p5en switch: ports 46:00.0-46:02.5 leading
+// to buses root+3..root+0x18.
+const p5enPorts = 22
+
+// p5en: four switches, each 4 ENA, 10 empty ports, 4 EFA, 2 GPUs, 2 NVMe.
+func p5en() *machine {
+	m := newMachine("p5en.48xlarge", 3, 21, cpus192, cpus192Node0, cpus192Node1)
+	m.p2p = "NVIDIA"
+	m.legacyBus(0)
+	for k, root := range []int{0x44, 0x5d, 0x76, 0x8f} {
+		var devs []at
+		for i := range 4 {
+			devs = append(devs, at{i, ena("")})
+		}
+		for i := 14; i < 18; i++ {
+			devs = append(devs, at{i, efa(0xefa2, rate200, "")})
+		}
+		devs = append(devs, at{18, gpu(0x2335)}, at{19, gpu(0x2335)}, at{20, nvme()}, at{21, nvme()})
+		m.pcieSwitch(root, root+2+p5enPorts, k/2, densePorts(root, p5enPorts, devs...))
+		for i := range 4 {
+			m.eni(addr(root+3+14+i, 0), addr(root+3+i, 0))
+		}
+	}
+	m.Seen("first switch: pci0000:44 -> 44:00.0 [45-5c] -> 45:00.0 [46-5c] -> 22 downstream ports 46:00.0-46:02.5; buses 47-4a ENA, 4b-54 empty ports, 55-58 EFA 1d0f:efa2, 59-5a H200 10de:2335, 5b-5c NVMe")
+	m.Seen("GPU buses 59, 5a, 72, 73, 8b, 8c, a4, a5; EFAs rdmap85s0-88s0, rdmap110s0-113s0, rdmap135s0-138s0, rdmap160s0-163s0")
+	m.Inf("roots of the other three switches pci0000:5d, :76, :8f, each the first switch's layout shifted by 0x19 buses")
+	m.Inf("EFA rate %q (HARDWARE.md marks the p5en rate [inf])", rate200)
+	m.Inf("NUMA: first two switches node 0, last two node 1; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Inf("all 16 ENA functions bound to ena with a netdev each (enp71s0-enp74s0, enp96s0-enp99s0, enp121s0-enp124s0, enp146s0-enp149s0); the n-th ENA and the n-th EFA of a switch are one EFA interface (47 with 55, 48 with 56, ...): the EFA's GID is the EUI-64 of the ENA's MAC")
+	m.Inf("NVMe disks are local instance store 1d0f:cd01; no NVSwitch PCI functions")
+	m.Inf("p2p file \"NVIDIA\" on every EFA")
+	return m.finish()
+}
+
+// p6b200: laid out like p5en, each switch 2 EFAs and 2 GPUs, plus two
+// ConnectX-7 functions behind the second switch.
+func p6b200() *machine {
+	m := newMachine("p6-b200.48xlarge", 4, 21, cpus192, cpus192Node0, cpus192Node1)
+	m.p2p = "NVIDIA"
+	m.legacyBus(0)
+	for k, root := range []int{0x44, 0x5d, 0x76, 0x8f} {
+		devs := []at{
+			{8, efa(0xefa3, rate400, "")}, {9, efa(0xefa3, rate400, "")},
+			{10, gpu(0x2901)}, {11, gpu(0x2901)},
+			{12, nvme()}, {13, nvme()},
+		}
+		switch k {
+		case 0:
+			devs = append(devs, at{0, ena("")})
+		case 1:
+			// buses 0x73 and 0x74: ibp115s0f0, ibp116s0f0
+			devs = append(devs, at{19, mlx5("ibp115s0f0", "400 Gb/sec (4X NDR)")}, at{20, mlx5("ibp116s0f0", "400 Gb/sec (4X NDR)")})
+		}
+		m.pcieSwitch(root, root+2+p5enPorts, k/2, densePorts(root, p5enPorts, devs...))
+	}
+	m.eni(addr(0x4f, 0), addr(0x47, 0))
+	m.Seen("8 B200 10de:2901, 8 EFA at %q named rdmap79s0, rdmap80s0, ...; two mlx5 RDMA devices ibp115s0f0 and ibp116s0f0 (so at 73:00.0 and 74:00.0) that are not EFA", rate400)
+	m.Src("2 GPUs and 2 NICs per PCIe switch")
+	m.Inf("EFA generation 1d0f:efa3")
+	m.Inf("the whole bus layout: p5en's 22-port switches under roots pci0000:44, :5d, :76, :8f; per switch EFAs at ports 8-9 (4f-50, 68-69, 81-82, 9a-9b), GPUs at ports 10-11 (51-52, 6a-6b, 83-84, 9c-9d), NVMe 1d0f:cd01 at ports 12-13, the other ports empty")
+	m.Inf("the mlx5 functions sit behind the second switch (ports 19-20), so they share pcieRoot pci0000:5d with GPUs 2-3 and EFAs rdmap104s0/rdmap105s0")
+	m.Inf("mlx5: 15b3:1021 (ConnectX-7, MT2910 in pci.ids), class 0x020700, driver mlx5_core, node_type \"1: CA\", hca_type MT4129, board_id MT_0000000838, fw_ver 28.39.1002, link_layer InfiniBand, rate \"400 Gb/sec (4X NDR)\", port ACTIVE with lid and sm_lid, PMA counters; no netdev, no umad devices")
+	m.Inf("uverbs numbers follow the bus order across efa and mlx5 together (uverbs4 and uverbs5 are the mlx5 devices)")
+	m.Inf("one ENA at 47:00.0 (enp71s0), one interface with EFA rdmap79s0 (GID = EUI-64 of its MAC); no NVSwitch PCI functions (B200 NVSwitches are managed through the mlx5 devices)")
+	m.Inf("NUMA: first two switches node 0, last two node 1; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Inf("p2p file \"NVIDIA\" on every EFA")
+	return m.finish()
+}
+
+// trn1: no switches; each of four root buses holds 2 EFAs and 4 Trainium.
+func trn1() *machine {
+	m := newMachine("trn1.32xlarge", 5, 21, "0-127", "0-31,64-95", "32-63,96-127")
+	m.p2p = "NEURON"
+	m.legacyBus(0)
+	m.flatRoot(0x10, 0, at{0x01, ena("")})
+	for _, r := range []struct{ bus, node int }{{0x10, 0}, {0x20, 0}, {0x90, 1}, {0xa0, 1}} {
+		m.flatRoot(r.bus, r.node,
+			at{0x19, efa(0xefa1, rate100, "")}, at{0x1a, efa(0xefa1, rate100, "")},
+			at{0x1b, neuron(0x7164)}, at{0x1c, neuron(0x7164)}, at{0x1d, neuron(0x7164)}, at{0x1e, neuron(0x7164)})
+	}
+	m.eni(addr(0x10, 0x19), addr(0x10, 0x01))
+	m.addNeurons(2, "NDv2", "Trn1", "Trainium1", torus4x4)
+	m.Seen("roots pci0000:10, :20, :90, :a0 with no bridges; on each EFAs 1d0f:efa1 at 19.0 and 1a.0 (rdmap16s25, rdmap16s26, ...), Trainium 1d0f:7164 at 1b.0-1e.0 (driver neuron-driver)")
+	m.Seen("EFA rate %q; NUMA: roots 10 and 20 node 0, 90 and a0 node 1", rate100)
+	m.Src("neuron0-15 class devices: core_count 2, NDv2/Trn1/Trainium1, connected_devices the trn1 torus of HARDWARE.md; no link to the PCI function (index -> BDF is the HARDWARE.md table)")
+	m.Inf("Neuron PCI class 0x088000")
+	m.Inf("one ENA at 10:01.0 (netdev enp16s1), one interface with EFA rdmap16s25 (GID = EUI-64 of its MAC); no local NVMe disks")
+	m.Inf("128 vCPUs: node 0 0-31,64-95, node 1 32-63,96-127, distance 21")
+	m.Inf("p2p file \"NEURON\" on every EFA")
+	return m.finish()
+}
+
+// trn2EFABuses are the first EFA bus of each trn2 switch: EFAs at b and
+// b+1, Trainium2 at b+2 and b+3 (HARDWARE.md trn2 tables).
+var trn2EFABuses = []int{0x56, 0x6c, 0x82, 0x98, 0xb3, 0xc9, 0xdf, 0xf5}
+
+// trn2: eight switches, each 2 EFAs and 2 Trainium2.
+func trn2() *machine {
+	m := newMachine("trn2.48xlarge", 6, 21, cpus192, cpus192Node0, cpus192Node1)
+	m.p2p = "NEURON"
+	m.legacyBus(0)
+	var roots []string
+	for k, b := range trn2EFABuses {
+		root := b - 0x12
+		roots = append(roots, fmt.Sprintf("%02x", root))
+		devs := []at{
+			{b, efa(0xefa3, rate200, "")}, {b + 1, efa(0xefa3, rate200, "")},
+			{b + 2, neuron(0x7364)}, {b + 3, neuron(0x7364)},
+		}
+		if k == 0 {
+			devs = append(devs, at{root + 3, ena("")})
+		}
+		m.pcieSwitch(root, b+3, k/4, sparsePorts(root, devs...))
+	}
+	m.eni(addr(0x56, 0), addr(0x47, 0))
+	m.addNeurons(8, "NDv3", "Trn2", "Trainium2", torus4x4)
+	m.Seen("16 Trainium2 1d0f:7364 at the buses of the HARDWARE.md table (0 cc, 1 b5, 2 b6, 3 cb, 4 6f, 5 58, 6 59, 7 6e, 8 9b, 9 84, 10 85, 11 9a, 12 f8, 13 e1, 14 e2, 15 f7), all :00.0")
+	m.Seen("16 EFAs at the buses of the Neuron -> EFA table (56, 57, 6c, 6d, 82, 83, 98, 99, b3, b4, c9, ca, df, e0, f5, f6), names rdmap<decimal bus>s0; 8 switches x (2 EFA + 2 Neuron)")
+	m.Seen("NUMA: buses 56-9b node 0, b3-f8 node 1")
+	m.Src("neuron0-15 class devices: core_count 8, NDv3/Trn2/Trainium2, no link to the PCI function")
+	m.Inf("switch structure: each switch's EFAs at buses b, b+1 and Trainium2 at b+2, b+3 under root pci0000:<b-0x12> (roots %s), so the switches sit 0x16 buses apart and the first root is 0x44 as on p5/p5en", strings.Join(roots, ", "))
+	m.Inf("one downstream port per endpoint, numbered by the bus it leads to (46:10.0 -> bus 56); no empty ports")
+	m.Inf("EFA generation 1d0f:efa3, rate %q", rate200)
+	m.Inf("connected_devices: the trn1 4x4 torus")
+	m.Inf("Neuron PCI class 0x088000")
+	m.Inf("one ENA at 47:00.0 (enp71s0) behind the first switch, one interface with EFA rdmap86s0 (GID = EUI-64 of its MAC); no local NVMe disks")
+	m.Inf("192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Inf("p2p file \"NEURON\" on every EFA")
+	return m.finish()
+}
+
+// g5: one GPU and one EFA flat on root bus 0, no NUMA.
+func g5() *machine {
+	m := newMachine("g5.8xlarge", 7, 10, "0-31", "0-31")
+	m.legacyBus(-1)
+	m.flatRoot(0x00, -1,
+		at{0x05, ena("ens5")},
+		at{0x06, efa(0xefa1, rate100, "efa_0")},
+		at{0x1e, gpu(0x2237)},
+		at{0x1f, nvme()})
+	m.eni(addr(0x00, 0x06), addr(0x00, 0x05))
+	m.Seen("the unrenamed IB device name efa_0 (no rdma-core udev rename) occurs in the wild")
+	m.Inf("the whole layout: a flat root pci0000:00 with ENA 00:05.0 (ens5), EFA 00:06.0, A10G 10de:2237 at 00:1e.0, local NVMe 1d0f:cd01 at 00:1f.0")
+	m.Inf("EFA generation 1d0f:efa1 and rate %q; the ENA and the EFA are one EFA interface (GID = EUI-64 of the ENA's MAC)", rate100)
+	m.Inf("numa_node -1 on every PCI function, as on single-socket VMs; one NUMA node 0-31, local_cpulist 0-31")
+	m.Inf("no p2p file (in-tree efa driver)")
+	return m.finish()
+}
+
+// m5: no EFA, no accelerator.
+func m5() *machine {
+	m := newMachine("m5.xlarge", 8, 10, "0-3", "0-3")
+	m.legacyBus(-1)
+	m.flatRoot(0x00, -1, at{0x05, ena("ens5")})
+	m.Inf("no EFA, but ib_core and ib_uverbs loaded: class/infiniband and class/infiniband_verbs exist and are empty (without those modules they would be absent)")
+	m.Inf("root bus 0: host bridge, VGA 1d0f:1111, EBS NVMe 1d0f:8061 at 00:04.0, ENA at 00:05.0 (ens5)")
+	m.Inf("numa_node -1 on every PCI function; one NUMA node 0-3")
+	return m.finish()
+}
