@@ -107,3 +107,21 @@ func FuzzParseCounter(f *testing.F) {
 	f.Add("18446744073709551615")
 	f.Fuzz(func(t *testing.T, s string) { _, _ = ParseCounter(s) })
 }
+
+func TestCheckGUID(t *testing.T) {
+	t.Parallel()
+	assert.NoError(t, checkGUID("cd77:f833:0000:1001"))
+	for _, in := range []string{"", "cd77:f833:0000", "cd77:f833:0000:100g", "cd77f8330000:1001::", "cd77:f833:0000:10011"} {
+		assert.Error(t, checkGUID(in), "%q", in)
+	}
+}
+
+func FuzzCheckGUID(f *testing.F) {
+	f.Add("cd77:f833:0000:1001")
+	f.Add("0000:0000:0000:0000")
+	f.Fuzz(func(t *testing.T, s string) {
+		if checkGUID(s) == nil && len(s) != 19 {
+			t.Fatalf("%q accepted", s)
+		}
+	})
+}

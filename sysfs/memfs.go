@@ -16,7 +16,8 @@ import (
 // attribute (mode 0200) cannot be opened, as on a live machine. It is
 // read-only and safe for concurrent use.
 type MemFS struct {
-	root *node
+	root  *node
+	index map[string]*node // every entry by its path in the tree
 }
 
 type node struct {
@@ -81,7 +82,7 @@ func NewMemFS(entries []Entry) (*MemFS, error) {
 	for _, n := range index {
 		slices.SortFunc(n.children, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 	}
-	return &MemFS{root: root}, nil
+	return &MemFS{root: root, index: index}, nil
 }
 
 // lookup finds name. With follow, symbolic links in every component are
@@ -89,6 +90,11 @@ func NewMemFS(entries []Entry) (*MemFS, error) {
 func (m *MemFS) lookup(op, name string, follow bool) (*node, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	// Fast path: a path without links names an entry of the index, and
+	// every proper prefix of it is a directory there.
+	if n, ok := m.index[name]; ok && (n.kind != KindLink || !follow) {
+		return n, nil
 	}
 	todo := splitPath(name)
 	var stack []*node // ancestors of cur, for ".."

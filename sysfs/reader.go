@@ -85,65 +85,75 @@ func (r *Reader) Resolve(name string) (string, error) {
 	if !fs.ValidPath(name) {
 		return "", &fs.PathError{Op: "resolve", Path: name, Err: fs.ErrInvalid}
 	}
-	p, err := r.resolve(name)
+	hops := 0
+	p, err := r.resolve(name, &hops, "")
 	if err != nil {
-		return "", err
+		return "", &fs.PathError{Op: "resolve", Path: name, Err: err}
 	}
-	r.real[name] = p
 	return p, nil
 }
 
-func (r *Reader) resolve(name string) (string, error) {
-	todo := splitPath(name)
-	var cur []string // resolved components
-	hops := 0
-	via := "" // the last link followed, for error messages
-	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(cur) == 0 {
-				return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrEscapesRoot, via)}
-			}
-			cur = cur[:len(cur)-1]
-			continue
-		}
-		p := path.Join(path.Join(cur...), c)
-		k, err := r.kindOf(p)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && via != "" {
-				return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrDanglingLink, via)}
-			}
-			return "", &fs.PathError{Op: "resolve", Path: name, Err: err}
-		}
-		if k != fs.ModeSymlink {
-			if len(todo) > 0 && k != fs.ModeDir {
-				return "", &fs.PathError{Op: "resolve", Path: name, Err: fmt.Errorf("%s is not a directory", p)}
-			}
-			cur = append(cur, c)
-			continue
-		}
-		hops++
-		if hops > maxLinkHops {
-			return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrLinkLoop, p)}
-		}
-		target, err := r.readLink(p)
-		if err != nil {
-			return "", &fs.PathError{Op: "resolve", Path: name, Err: err}
-		}
-		via = p + " -> " + target
-		if path.IsAbs(target) {
-			return "", &fs.PathError{Op: "resolve", Path: name, Err: linkErr(ErrEscapesRoot, via)}
-		}
-		todo = append(splitPath(target), todo...)
-	}
-	if len(cur) == 0 {
+// resolve resolves a clean root-relative path. The parent is resolved
+// first (and remembered), so that a file in a known directory costs one
+// look-up of its own name. A link target is joined to its link's resolved
+// directory, where ".." is lexical because that directory holds no links.
+func (r *Reader) resolve(name string, hops *int, via string) (string, error) {
+	if name == "." {
 		return ".", nil
 	}
-	return strings.Join(cur, "/"), nil
+	if p, ok := r.real[name]; ok {
+		return p, nil
+	}
+	dir, base := "", name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		dir, base = name[:i], name[i+1:]
+	}
+	p := base
+	if dir != "" {
+		rdir, err := r.resolve(dir, hops, via)
+		if err != nil {
+			return "", err
+		}
+		if rdir != "." {
+			p = rdir + "/" + base
+		}
+		if k, ok := r.kind[rdir]; ok && k != fs.ModeDir {
+			return "", fmt.Errorf("%s is not a directory", rdir)
+		}
+	}
+	k, err := r.kindOf(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && via != "" {
+			return "", linkErr(ErrDanglingLink, via)
+		}
+		return "", err
+	}
+	if k != fs.ModeSymlink {
+		r.real[name] = p
+		return p, nil
+	}
+	*hops++
+	if *hops > maxLinkHops {
+		return "", linkErr(ErrLinkLoop, p)
+	}
+	target, err := r.readLink(p)
+	if err != nil {
+		return "", err
+	}
+	via = p + " -> " + target
+	if path.IsAbs(target) {
+		return "", linkErr(ErrEscapesRoot, via)
+	}
+	j := path.Join(path.Dir(p), target)
+	if j == ".." || strings.HasPrefix(j, "../") {
+		return "", linkErr(ErrEscapesRoot, via)
+	}
+	rp, err := r.resolve(j, hops, via)
+	if err != nil {
+		return "", err
+	}
+	r.real[name] = rp
+	return rp, nil
 }
 
 func linkErr(err error, via string) error {
@@ -230,15 +240,41 @@ func (r *Reader) ReadDir(name string) ([]fs.DirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	ents, err := r.listDir(p)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+	}
+	return ents, nil
+}
+
+func parentOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return "."
+}
+
+func (r *Reader) listed(dir string) bool {
+	_, ok := r.dirs[dir]
+	return ok
+}
+
+// listDir lists the resolved directory p once, remembering the type of
+// every entry.
+func (r *Reader) listDir(p string) ([]fs.DirEntry, error) {
 	if ents, ok := r.dirs[p]; ok {
 		return ents, nil
 	}
 	ents, err := fs.ReadDir(r.fsys, p)
 	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+		return nil, err
+	}
+	prefix := p + "/"
+	if p == "." {
+		prefix = ""
 	}
 	for _, e := range ents {
-		r.kind[path.Join(p, e.Name())] = e.Type() & (fs.ModeSymlink | fs.ModeDir)
+		r.kind[prefix+e.Name()] = e.Type() & (fs.ModeSymlink | fs.ModeDir)
 	}
 	r.dirs[p] = ents
 	return ents, nil

@@ -2,6 +2,7 @@ package sysfs
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -38,10 +39,16 @@ func Open(name string) (*Root, error) {
 	return OpenCapture(name)
 }
 
-// OpenDir opens the directory dir as a sysfs root. Its file system refuses
-// to follow a link out of dir even when asked to (os.Root); the Reader
-// resolves links itself and reports such a link as ErrEscapesRoot.
+// OpenDir opens the directory dir as a sysfs root. On Linux every open goes
+// through openat2(2) confined to dir and refusing symbolic links, so even a
+// caller that skips the Reader cannot be led out of the root; where openat2
+// is missing, os.Root gives the same guarantee more slowly.
 func OpenDir(dir string) (*Root, error) {
+	if d, err := openDirFS(dir); err == nil {
+		return &Root{ReadLinkFS: d, Source: dir, closer: d}, nil
+	} else if !errors.Is(err, errNoOpenat2) {
+		return nil, fmt.Errorf("open sysfs root: %w", err)
+	}
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open sysfs root: %w", err)
