@@ -110,7 +110,9 @@ func (d *dirFS) ReadLink(name string) (string, error) {
 	}
 }
 
-func (d *dirFS) Lstat(name string) (fs.FileInfo, error) { return d.stat("lstat", name, unix.AT_SYMLINK_NOFOLLOW) }
+func (d *dirFS) Lstat(name string) (fs.FileInfo, error) {
+	return d.stat("lstat", name, unix.AT_SYMLINK_NOFOLLOW)
+}
 
 func (d *dirFS) Stat(name string) (fs.FileInfo, error) {
 	f, err := d.Open(name)
