@@ -38,7 +38,7 @@ var builtinDevices = map[[2]uint16]string{
 	{0x1d0f, 0x7364}: "NeuronDevice (Trainium2)",
 	{0x10de, 0x20b0}: "GA100 [A100 SXM4 40GB]",
 	{0x10de, 0x20b2}: "GA100 [A100 SXM4 80GB]",
-	{0x10de, 0x2330}: "GH100 [H100 SXM5 80GB]",
+	{0x10de, 0x2330}: "GH100[H100 SXM5 80GB]",
 	{0x10de, 0x2335}: "GH100 [H200 SXM 141GB]",
 	{0x10de, 0x2901}: "GB100 [B200]",
 	{0x10de, 0x2237}: "GA102GL [A10G]",
