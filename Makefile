@@ -4,13 +4,13 @@ PKGS     := ./...
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all test lint unit modzip fixtures bench bench-compare fuzz build clean
+.PHONY: all test lint unit bench-check modzip fixtures bench bench-compare fuzz build clean
 
 all: build test
 
 ## test: everything CI checks: format, vet, unit tests with the race
 ## detector (fuzz seed corpora included), fixture drift, module zip.
-test: lint unit modzip
+test: lint unit bench-check modzip
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -20,6 +20,11 @@ lint:
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+
+## bench-check: the comparison module's tests (same devices found by
+## efakit, ghw and procfs), without running its benchmarks.
+bench-check:
+	cd bench && $(GO) test -race -count=1 ./...
 
 ## modzip: the committed tree packs as the module zip `go get` downloads.
 modzip:

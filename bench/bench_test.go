@@ -546,6 +546,41 @@ func BenchmarkGHWPCI(b *testing.B) {
 // BenchmarkGHWPCIPreloaded is ghw's PCI discovery with the pci.ids loaded
 // once beforehand (WithPCIDB) and topology off: its sysfs walk alone, a
 // lower bound for BenchmarkGHWPCI.
+// BenchmarkGHWPCIFullDB is ghw.PCI as a user calls it on a host that has
+// the full pci.ids (Debian's pci.ids package, hwdata on Amazon Linux):
+// ghw parses the database on every call. It needs that file on the machine
+// running the benchmark (apt-get install pci.ids) and skips without it.
+func BenchmarkGHWPCIFullDB(b *testing.B) {
+	db := os.Getenv("EFAKIT_BENCH_PCIIDS")
+	for _, p := range []string{"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"} {
+		if db == "" {
+			if _, err := os.Stat(p); err == nil {
+				db = p
+			}
+		}
+	}
+	if db == "" {
+		b.Skip("no full pci.ids on this machine (apt-get install pci.ids, or set EFAKIT_BENCH_PCIIDS)")
+	}
+	for _, fx := range fixtures {
+		b.Run(fx.name, func(b *testing.B) {
+			b.Setenv("PCIDB_PATH", db)
+			b.Setenv("PCIDB_ENABLE_NETWORK_FETCH", "0")
+			want := len(fx.tree.Devices)
+			b.ReportAllocs()
+			for b.Loop() {
+				info, err := ghwPCI(fx, quiet)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(info.Devices) != want {
+					b.Fatalf("ghw found %d PCI functions, want %d", len(info.Devices), want)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkGHWPCIPreloaded(b *testing.B) {
 	for _, fx := range fixtures {
 		b.Run(fx.name, func(b *testing.B) {

@@ -81,6 +81,27 @@ func TestDiscoverSmall(t *testing.T) {
 	assert.Contains(t, c.Ports[1], "rdma_read_bytes")
 }
 
+// TestWithoutUevent: without uevent files the attribute files and driver
+// links give the very same tree.
+func TestWithoutUevent(t *testing.T) {
+	t.Parallel()
+	b := smallSwitch()
+	tree, _, err := efa.Scan(b.FS())
+	require.NoError(t, err)
+	for _, d := range tree.Devices {
+		b.Remove(d.Path + "/uevent")
+	}
+	tree2, res2, err := efa.Scan(b.FS())
+	require.NoError(t, err)
+	require.Len(t, tree2.Devices, len(tree.Devices))
+	for i, d := range tree.Devices {
+		o := tree2.Devices[i]
+		assert.Equal(t, [5]any{d.Vendor, d.Device, d.SubsystemVendor, d.SubsystemDevice, d.Class}, [5]any{o.Vendor, o.Device, o.SubsystemVendor, o.SubsystemDevice, o.Class}, d.Address.String())
+		assert.Equal(t, d.Driver, o.Driver, d.Address.String())
+	}
+	assert.Equal(t, []string{"rdmap71s0", "rdmap72s0"}, names(res2.EFAs))
+}
+
 func TestNetdevByGID(t *testing.T) {
 	t.Parallel()
 	b := smallSwitch()
@@ -126,22 +147,26 @@ func TestDamage(t *testing.T) {
 		want   []string // the EFAs still found
 		is     error
 	}{
-		{"missing file", func(b *fakesys.Builder) { b.Remove(damaged + "/vendor") }, damaged + "/vendor", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"missing file", func(b *fakesys.Builder) { b.Remove(damaged + "/uevent"); b.Remove(damaged + "/vendor") }, damaged + "/vendor", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"missing uverbs dev", func(b *fakesys.Builder) { b.Remove(damaged + "/infiniband_verbs/uverbs1/dev") }, damaged + "/infiniband_verbs/uverbs1/dev", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 		{"empty file", func(b *fakesys.Builder) { b.File(damaged+"/numa_node", "") }, damaged + "/numa_node", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
-		{"garbage number", func(b *fakesys.Builder) { b.Attr(damaged+"/device", "0xefa1zz") }, damaged + "/device", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"garbage number", func(b *fakesys.Builder) { b.Attr(damaged+"/uevent", "PCI_ID=1D0F:EFA1ZZ") }, damaged + "/uevent", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"garbage attribute without uevent", func(b *fakesys.Builder) { b.Remove(damaged + "/uevent"); b.Attr(damaged+"/device", "0xefa1zz") }, damaged + "/device", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"uevent of another function", func(b *fakesys.Builder) {
+			b.File(damaged+"/uevent", "PCI_CLASS=20000\nPCI_ID=1D0F:EFA1\nPCI_SUBSYS_ID=1D0F:EFA1\nPCI_SLOT_NAME=0000:47:00.0\n")
+		}, damaged + "/uevent", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"garbage rate", func(b *fakesys.Builder) { b.Attr(damaged+"/infiniband/rdmap72s0/ports/1/rate", "fast") }, damaged + "/infiniband/rdmap72s0/ports/1/rate", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 		{"dangling link", func(b *fakesys.Builder) {
 			b.RawLink("bus/pci/devices/0000:48:00.0", "../../../devices/pci0000:44/gone")
 		}, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, fs.ErrNotExist},
-		{"dangling driver link", func(b *fakesys.Builder) { b.RawLink(damaged+"/driver", "../../../../../../bus/pci/drivers/nothing") }, damaged + "/driver", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		{"dangling driver link", func(b *fakesys.Builder) { b.Remove(damaged + "/uevent"); b.RawLink(damaged+"/driver", "../../../../../../bus/pci/drivers/nothing") }, damaged + "/driver", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 		{"link loop", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "0000:48:00.0") }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"link leaving the root", func(b *fakesys.Builder) {
 			b.RawLink("bus/pci/devices/0000:48:00.0", "../../../../etc/0000:48:00.0")
 		}, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"absolute link", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "/sys/"+damaged) }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"unreadable file", func(b *fakesys.Builder) { b.FileMode(damaged+"/infiniband/rdmap72s0/node_guid", "", 0o200) }, damaged + "/infiniband/rdmap72s0/node_guid", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
-		{"very large file", func(b *fakesys.Builder) { b.File(damaged+"/class", "0x020000"+strings.Repeat(" ", 1<<20)) }, damaged + "/class", "0000:48:00.0", []string{"rdmap71s0"}, nil},
+		{"very large file", func(b *fakesys.Builder) { b.File(damaged+"/uevent", "PCI_CLASS=20000"+strings.Repeat(" ", 1<<20)) }, damaged + "/uevent", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"two RDMA devices", func(b *fakesys.Builder) { b.Dir(damaged + "/infiniband/rdmap72s1") }, damaged + "/infiniband", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -188,28 +188,29 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 	d := &Device{Address: addr, Path: real, Root: parts[1], NUMANode: NoNUMA}
 	file := func(f string) string { return real + "/" + f }
 
-	// Required: without these the function cannot be classified.
-	for _, f := range []struct {
-		name string
-		bits int
-		dst  func(uint64)
-	}{
-		{"vendor", 16, func(v uint64) { d.Vendor = uint16(v) }},
-		{"device", 16, func(v uint64) { d.Device = uint16(v) }},
-		{"class", 24, func(v uint64) { d.Class = Class(v) }},
-	} {
-		s, err := r.ReadString(file(f.name))
-		if err == nil {
-			var v uint64
-			if v, err = ParseHexAttr(s, f.bits); err == nil {
-				f.dst(v)
-				continue
-			}
+	var errs []error
+	// uevent holds the IDs, class and driver in one file, where the
+	// attribute files take six reads; those are the fallback for a kernel
+	// (or a capture) without it.
+	idsFromUevent := false
+	switch s, err := r.ReadString(file("uevent")); {
+	case err == nil:
+		u, perr := ParseUevent(s)
+		if perr != nil {
+			return nil, fail(file("uevent"), perr)
 		}
-		return nil, fail(file(f.name), err)
+		if u.Slot != "" && u.Slot != name {
+			return nil, fail(file("uevent"), fmt.Errorf("PCI_SLOT_NAME=%s names another function", u.Slot))
+		}
+		if u.Complete {
+			d.Vendor, d.Device, d.SubsystemVendor, d.SubsystemDevice, d.Class, d.Driver = u.Vendor, u.Device, u.SubsystemVendor, u.SubsystemDevice, u.Class, u.Driver
+			idsFromUevent = true
+		}
+	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
+	default:
+		return nil, fail(file("uevent"), err)
 	}
 
-	var errs []error
 	optional := func(f string, parse func(string) error) {
 		s, err := r.ReadString(file(f))
 		if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
@@ -231,23 +232,44 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 			return err
 		}
 	}
-	optional("subsystem_vendor", hexInto(16, func(v uint64) { d.SubsystemVendor = uint16(v) }))
-	optional("subsystem_device", hexInto(16, func(v uint64) { d.SubsystemDevice = uint16(v) }))
+	if !idsFromUevent {
+		// Required: without these the function cannot be classified.
+		for _, f := range []struct {
+			name string
+			bits int
+			dst  func(uint64)
+		}{
+			{"vendor", 16, func(v uint64) { d.Vendor = uint16(v) }},
+			{"device", 16, func(v uint64) { d.Device = uint16(v) }},
+			{"class", 24, func(v uint64) { d.Class = Class(v) }},
+		} {
+			s, err := r.ReadString(file(f.name))
+			if err == nil {
+				var v uint64
+				if v, err = ParseHexAttr(s, f.bits); err == nil {
+					f.dst(v)
+					continue
+				}
+			}
+			return nil, fail(file(f.name), err)
+		}
+		optional("subsystem_vendor", hexInto(16, func(v uint64) { d.SubsystemVendor = uint16(v) }))
+		optional("subsystem_device", hexInto(16, func(v uint64) { d.SubsystemDevice = uint16(v) }))
+		// The driver is the base name of the link; resolving it proves the
+		// driver directory exists (a dangling link is damage, not a driver).
+		drv, err := r.Resolve(file("driver"))
+		switch {
+		case err == nil:
+			d.Driver = path.Base(drv)
+		case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
+			// unbound
+		default:
+			errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: sysfs.Cause(err)})
+		}
+	}
 	optional("revision", hexInto(8, func(v uint64) { d.Revision = uint8(v) }))
 	optional("numa_node", func(s string) (err error) { d.NUMANode, err = ParseNUMANode(s); return })
 	optional("local_cpulist", func(s string) (err error) { d.LocalCPUs, err = ParseCPUList(s); return })
-
-	// The driver is the base name of the link; resolving it proves the
-	// driver directory exists (a dangling link is damage, not a driver).
-	drv, err := r.Resolve(file("driver"))
-	switch {
-	case err == nil:
-		d.Driver = path.Base(drv)
-	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
-		// unbound
-	default:
-		errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: sysfs.Cause(err)})
-	}
 	return d, errs
 }
 
@@ -298,4 +320,66 @@ func clip(s string) string {
 		return s[:40] + "..."
 	}
 	return s
+}
+
+// Uevent is what a PCI function's uevent file says of it.
+type Uevent struct {
+	Vendor, Device                   uint16 // PCI_ID
+	SubsystemVendor, SubsystemDevice uint16 // PCI_SUBSYS_ID
+	Class                            Class  // PCI_CLASS
+	Driver                           string // DRIVER; "" when unbound
+	Slot                             string // PCI_SLOT_NAME
+	// Complete is set when PCI_ID, PCI_SUBSYS_ID and PCI_CLASS were all
+	// there.
+	Complete bool
+}
+
+// ParseUevent parses a PCI function's uevent file, lines of KEY=value as
+// the kernel's pci_uevent writes them (PCI_CLASS=20000, PCI_ID=1D0F:EFA1).
+// Unknown keys are ignored; a known key with a bad value is an error.
+func ParseUevent(s string) (Uevent, error) {
+	var u Uevent
+	seen := 0
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return Uevent{}, fmt.Errorf("uevent line %q is not KEY=value", clip(line))
+		}
+		switch k {
+		case "PCI_ID", "PCI_SUBSYS_ID":
+			a, b, ok := strings.Cut(v, ":")
+			x, err1 := parseHex(a, 4)
+			y, err2 := parseHex(b, 4)
+			if !ok || err1 != nil || err2 != nil {
+				return Uevent{}, fmt.Errorf("uevent %s=%q is not VVVV:DDDD", k, clip(v))
+			}
+			if k == "PCI_ID" {
+				u.Vendor, u.Device = uint16(x), uint16(y)
+				seen |= 1
+			} else {
+				u.SubsystemVendor, u.SubsystemDevice = uint16(x), uint16(y)
+				seen |= 2
+			}
+		case "PCI_CLASS":
+			c, err := parseHex(v, 6)
+			if err != nil {
+				return Uevent{}, fmt.Errorf("uevent PCI_CLASS=%q is not a class code", clip(v))
+			}
+			u.Class = Class(c)
+			seen |= 4
+		case "DRIVER":
+			if v == "" || strings.ContainsAny(v, "/ ") {
+				return Uevent{}, fmt.Errorf("uevent DRIVER=%q is not a driver name", clip(v))
+			}
+			u.Driver = v
+		case "PCI_SLOT_NAME":
+			u.Slot = v
+		}
+	}
+	u.Complete = seen == 7
+	return u, nil
 }

@@ -200,3 +200,33 @@ func FuzzParseNUMANode(f *testing.F) {
 		}
 	})
 }
+
+func TestParseUevent(t *testing.T) {
+	t.Parallel()
+	u, err := ParseUevent("DRIVER=efa\nPCI_CLASS=20000\nPCI_ID=1D0F:EFA1\nPCI_SUBSYS_ID=1D0F:EFA1\nPCI_SLOT_NAME=0000:4f:00.0\nMODALIAS=pci:v00001D0Fd0000EFA1sv00001D0Fsd0000EFA1bc02sc00i00\n")
+	assert.NoError(t, err)
+	assert.Equal(t, Uevent{Vendor: 0x1d0f, Device: 0xefa1, SubsystemVendor: 0x1d0f, SubsystemDevice: 0xefa1, Class: 0x020000, Driver: "efa", Slot: "0000:4f:00.0", Complete: true}, u)
+	u, err = ParseUevent("PCI_CLASS=C0330\nPCI_ID=8086:A36D\n")
+	assert.NoError(t, err)
+	assert.False(t, u.Complete, "no PCI_SUBSYS_ID: read the attribute files instead")
+	assert.Equal(t, Class(0x0c0330), u.Class)
+	u, err = ParseUevent("")
+	assert.NoError(t, err)
+	assert.False(t, u.Complete)
+	for _, in := range []string{"PCI_ID=1D0F", "PCI_ID=1D0F:EFA1Z", "PCI_CLASS=1234567", "PCI_CLASS=", "garbage", "DRIVER=", "DRIVER=a/b", "PCI_SUBSYS_ID=:"} {
+		_, err := ParseUevent(in)
+		assert.Error(t, err, "%q", in)
+	}
+}
+
+func FuzzParseUevent(f *testing.F) {
+	f.Add("DRIVER=efa\nPCI_CLASS=20000\nPCI_ID=1D0F:EFA1\nPCI_SUBSYS_ID=1D0F:EFA1\nPCI_SLOT_NAME=0000:4f:00.0\n")
+	f.Add("PCI_CLASS=60400\n")
+	f.Add("x")
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := ParseUevent(s)
+		if err == nil && uint32(u.Class)>>24 != 0 {
+			t.Fatalf("%q: class %x over 24 bits", s, uint32(u.Class))
+		}
+	})
+}

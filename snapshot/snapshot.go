@@ -17,7 +17,7 @@ import (
 
 // pciFiles are the attributes read from every PCI function; modalias is
 // kept too so that other tools (ghw) can read a capture.
-var pciFiles = []string{"vendor", "device", "subsystem_vendor", "subsystem_device", "class", "revision", "numa_node", "local_cpulist", "modalias", "p2p"}
+var pciFiles = []string{"uevent", "vendor", "device", "subsystem_vendor", "subsystem_device", "class", "revision", "numa_node", "local_cpulist", "modalias", "p2p"}
 
 // Options tune a snapshot.
 type Options struct {

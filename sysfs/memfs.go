@@ -151,6 +151,10 @@ func (m *MemFS) Open(name string) (fs.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m.openNode(name, n)
+}
+
+func (m *MemFS) openNode(name string, n *node) (fs.File, error) {
 	if n.mode&0o444 == 0 {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
 	}
@@ -158,6 +162,21 @@ func (m *MemFS) Open(name string) (fs.File, error) {
 		return &memDir{node: n}, nil
 	}
 	return &memFile{node: n, r: bytes.NewReader(n.data)}, nil
+}
+
+// OpenNoFollow opens name only when no component of it is a symbolic link.
+func (m *MemFS) OpenNoFollow(name string) (fs.File, error) {
+	n, ok := m.index[name]
+	if !ok {
+		if _, err := m.lookup("open", name, false); err != nil {
+			return nil, err
+		}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: errLinkInPath}
+	}
+	if n.kind == KindLink {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: errLinkInPath}
+	}
+	return m.openNode(name, n)
 }
 
 // ReadLink returns the target of the link name.

@@ -63,6 +63,9 @@ type Reader struct {
 
 // NewReader returns a Reader of fsys.
 func NewReader(fsys fs.ReadLinkFS) *Reader {
+	if root, ok := fsys.(*Root); ok {
+		fsys = root.ReadLinkFS // its optional interfaces, such as noFollowOpener
+	}
 	return &Reader{
 		fsys: fsys,
 		kind: make(map[string]fs.FileMode),
@@ -280,9 +283,50 @@ func (r *Reader) listDir(p string) ([]fs.DirEntry, error) {
 	return ents, nil
 }
 
+// errLinkInPath is what a noFollowOpener returns for a path that holds a
+// symbolic link anywhere.
+var errLinkInPath = errors.New("path holds a symbolic link")
+
+// noFollowOpener opens a path only when none of its components is a
+// symbolic link, failing with errLinkInPath otherwise. With it, reading a
+// file in a resolved directory costs one open, not a lstat and an open.
+type noFollowOpener interface {
+	OpenNoFollow(name string) (fs.File, error)
+}
+
 // ReadFile returns the contents of name, resolved inside the root, failing
 // with ErrTooLarge past MaxFileSize bytes.
 func (r *Reader) ReadFile(name string) ([]byte, error) {
+	f, err := r.open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+	}
+	if len(b) > MaxFileSize {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: ErrTooLarge}
+	}
+	return b, nil
+}
+
+func (r *Reader) open(name string) (fs.File, error) {
+	if nf, ok := r.fsys.(noFollowOpener); ok {
+		if p, ok := r.resolvedParent(name); ok {
+			if k, known := r.kind[p]; !known || k == 0 {
+				f, err := nf.OpenNoFollow(p)
+				if err == nil {
+					return f, nil
+				}
+				if !errors.Is(err, errLinkInPath) {
+					return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+				}
+				r.kind[p] = fs.ModeSymlink // resolve it below
+			}
+		}
+	}
 	p, err := r.Resolve(name)
 	if err != nil {
 		return nil, err
@@ -294,15 +338,27 @@ func (r *Reader) ReadFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	return f, nil
+}
+
+// resolvedParent returns name with its directory resolved, when that
+// directory resolves.
+func (r *Reader) resolvedParent(name string) (string, bool) {
+	if !fs.ValidPath(name) || name == "." {
+		return "", false
+	}
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return name, true
+	}
+	dir, err := r.Resolve(name[:i])
 	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+		return "", false
 	}
-	if len(b) > MaxFileSize {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: ErrTooLarge}
+	if dir == "." {
+		return name[i+1:], true
 	}
-	return b, nil
+	return dir + "/" + name[i+1:], true
 }
 
 // ReadString returns the contents of name with surrounding white space

@@ -182,6 +182,14 @@ func (b *Builder) AddPCI(d PCI) string {
 	b.Attr(dir+"/local_cpulist", d.CPUs)
 	b.Attr(dir+"/modalias", fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X",
 		d.Vendor, d.Device, d.SubVendor, d.SubDevice, d.Class>>16, (d.Class>>8)&0xff, d.Class&0xff))
+	ue := ""
+	if d.Driver != "" {
+		ue = "DRIVER=" + d.Driver + "\n"
+	}
+	ue += fmt.Sprintf("PCI_CLASS=%X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\nMODALIAS=pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X\n",
+		d.Class, d.Vendor, d.Device, d.SubVendor, d.SubDevice, d.Addr,
+		d.Vendor, d.Device, d.SubVendor, d.SubDevice, d.Class>>16, (d.Class>>8)&0xff, d.Class&0xff)
+	b.File(dir+"/uevent", ue)
 	b.FileMode(dir+"/remove", "", 0o200)
 	b.Attr(dir+"/enable", "1")
 	if d.Driver != "" {
