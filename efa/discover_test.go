@@ -159,7 +159,10 @@ func TestDamage(t *testing.T) {
 		{"dangling link", func(b *fakesys.Builder) {
 			b.RawLink("bus/pci/devices/0000:48:00.0", "../../../devices/pci0000:44/gone")
 		}, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, fs.ErrNotExist},
-		{"dangling driver link", func(b *fakesys.Builder) { b.Remove(damaged + "/uevent"); b.RawLink(damaged+"/driver", "../../../../../../bus/pci/drivers/nothing") }, damaged + "/driver", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		{"dangling driver link", func(b *fakesys.Builder) {
+			b.Remove(damaged + "/uevent")
+			b.RawLink(damaged+"/driver", "../../../../../../bus/pci/drivers/nothing")
+		}, damaged + "/driver", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 		{"link loop", func(b *fakesys.Builder) { b.RawLink("bus/pci/devices/0000:48:00.0", "0000:48:00.0") }, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"link leaving the root", func(b *fakesys.Builder) {
 			b.RawLink("bus/pci/devices/0000:48:00.0", "../../../../etc/0000:48:00.0")
