@@ -101,6 +101,15 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 				for _, f := range []string{"cpulist", "distance"} {
 					c.file("devices/system/node/" + n.Name() + "/" + f)
 				}
+				// The socket of each CPU: host reads the first CPU's,
+				// deviceattribute any CPU's of the node.
+				if s, err := c.r.ReadString("devices/system/node/" + n.Name() + "/cpulist"); err == nil {
+					if cpus, err := pcie.ParseCPUList(s); err == nil {
+						for _, cpu := range cpus {
+							c.file(fmt.Sprintf("devices/system/cpu/cpu%d/topology/physical_package_id", cpu))
+						}
+					}
+				}
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -124,6 +125,14 @@ func (b *Builder) NUMANodes(far int, cpulists ...string) {
 			}
 		}
 		b.Attr(dir+"/distance", strings.Join(d, " "))
+		// Socket i: one NUMA node a socket, as on EC2's two-socket hosts.
+		cpus, err := pcie.ParseCPUList(cl)
+		if err != nil {
+			panic(err)
+		}
+		for _, c := range cpus {
+			b.Attr(fmt.Sprintf("devices/system/cpu/cpu%d/topology/physical_package_id", c), fmt.Sprint(i))
+		}
 	}
 	if n > 0 {
 		r := "0"

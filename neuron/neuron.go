@@ -1,0 +1,265 @@
+// Package neuron knows the AWS Neuron (Inferentia, Trainium) devices: their
+// PCI IDs, the neuron driver's class devices, the per-family tables that tie
+// a Neuron index to its PCI function and its EFA, and the device-group IDs
+// that AWS's Neuron and EFA DRA drivers publish so that claims can pair them.
+package neuron
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// ClassDir is where the neuron driver's class devices live. They have no
+// link to their PCI function: the family tables give it.
+const ClassDir = "devices/virtual/neuron_device"
+
+// DriverName is the kernel driver of Neuron PCI functions.
+const DriverName = "neuron-driver"
+
+// IsNeuron reports whether a PCI function is a Neuron device: Amazon's
+// Inferentia/Trainium IDs or the neuron driver.
+func IsNeuron(d *pcie.Device) bool {
+	if d.Driver == DriverName {
+		return true
+	}
+	if d.Vendor != 0x1d0f {
+		return false
+	}
+	switch d.Device {
+	case 0x7064, 0x7065, 0x7066, 0x7067, // Inferentia1
+		0x7264, // Inferentia2
+		0x7164, // Trainium1
+		0x7364: // Trainium2
+		return true
+	}
+	return false
+}
+
+// ClassDevice is devices/virtual/neuron_device/neuron<Index>.
+type ClassDevice struct {
+	Index      int
+	CoreCount  int    // core_count (printed without a newline)
+	Connected  []int  // connected_devices: torus neighbours
+	ArchType   string // info/architecture/arch_type, "NDv2"
+	Instance   string // info/architecture/instance_type, "Trn1"
+	DeviceName string // info/architecture/device_name, "Trainium1"
+}
+
+// ReadClass reads the neuron driver's class devices, by index. A machine
+// without the driver has none, and no error.
+func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
+	ents, err := r.ReadDir(ClassDir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("neuron: %w", err)
+	}
+	var out []ClassDevice
+	var errs []error
+	for _, e := range ents {
+		idx, ok := strings.CutPrefix(e.Name(), "neuron")
+		n, err := strconv.Atoi(idx)
+		if !ok || err != nil || n < 0 || n > 1023 {
+			continue
+		}
+		dir := ClassDir + "/" + e.Name()
+		d := ClassDevice{Index: n}
+		fail := func(f string, err error) {
+			errs = append(errs, fmt.Errorf("neuron%d: %s/%s: %w", n, dir, f, sysfs.Cause(err)))
+		}
+		if s, err := r.ReadString(dir + "/core_count"); err == nil {
+			if d.CoreCount, err = strconv.Atoi(s); err != nil || d.CoreCount < 0 {
+				fail("core_count", fmt.Errorf("%q is not a core count", s))
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			fail("core_count", err)
+		}
+		if s, err := r.ReadString(dir + "/connected_devices"); err == nil {
+			if d.Connected, err = ParseConnected(s); err != nil {
+				fail("connected_devices", err)
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			fail("connected_devices", err)
+		}
+		for f, dst := range map[string]*string{"arch_type": &d.ArchType, "instance_type": &d.Instance, "device_name": &d.DeviceName} {
+			if s, err := r.ReadString(dir + "/info/architecture/" + f); err == nil {
+				*dst = s
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				fail("info/architecture/"+f, err)
+			}
+		}
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b ClassDevice) int { return a.Index - b.Index })
+	return out, errors.Join(errs...)
+}
+
+// ParseConnected parses connected_devices, "12, 3, 4, 1".
+func ParseConnected(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return []int{}, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > 1023 {
+			return nil, fmt.Errorf("%q is not a list of device indexes", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Table is one instance family's wiring: Neuron index to PCI function, and
+// Neuron index to the EFA it is attached to. The Neuron index comes from a
+// firmware routing table, not from PCI probe order, so these tables, from
+// AWS's published layouts, are the ground truth.
+type Table struct {
+	Family string
+	// Size is the instance size the table describes ("32xlarge"); other
+	// sizes of the family have fewer devices.
+	Size string
+	// NeuronPCI maps a Neuron index to its PCI function; nil where the
+	// layout is not known (trn3).
+	NeuronPCI map[int]pcie.Address
+	// NeuronEFA maps a Neuron index to the PCI function of its EFA.
+	NeuronEFA map[int]pcie.Address
+}
+
+// families maps an instance family to the family whose table it shares.
+var families = map[string]string{
+	"trn1": "trn1", "trn1n": "trn1n",
+	"trn2": "trn2", "trn2e": "trn2", "trn2u": "trn2",
+	"trn3": "trn3", "trn3p": "trn3", "trn3pd98": "trn3", "trn3s": "trn3",
+}
+
+func addrs(spec string) map[int]pcie.Address {
+	out := map[int]pcie.Address{}
+	for i, s := range strings.Fields(spec) {
+		a, err := pcie.ParseAddress(s)
+		if err != nil {
+			panic(err) // a table typo, caught by every test
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// The tables of shared/HARDWARE.md, one address per Neuron index 0-15.
+var tables = map[string]*Table{
+	"trn1": {Family: "trn1", Size: "32xlarge",
+		NeuronPCI: addrs("10:1b.0 10:1e.0 a0:1b.0 a0:1e.0 20:1e.0 20:1c.0 90:1e.0 90:1c.0 20:1d.0 20:1b.0 90:1d.0 90:1b.0 10:1c.0 10:1d.0 a0:1c.0 a0:1d.0"),
+		NeuronEFA: addrs("10:1a.0 10:1a.0 a0:1a.0 a0:1a.0 20:19.0 20:19.0 90:19.0 90:19.0 20:1a.0 20:1a.0 90:1a.0 90:1a.0 10:19.0 10:19.0 a0:19.0 a0:19.0"),
+	},
+	"trn1n": {Family: "trn1n", Size: "32xlarge",
+		NeuronPCI: addrs("10:1b.0 10:1e.0 a0:1b.0 a0:1e.0 20:1e.0 20:1c.0 90:1e.0 90:1c.0 20:1d.0 20:1b.0 90:1d.0 90:1b.0 10:1c.0 10:1d.0 a0:1c.0 a0:1d.0"),
+		NeuronEFA: addrs("10:17.0 10:1a.0 a0:17.0 a0:1a.0 20:19.0 20:18.0 90:19.0 90:18.0 20:17.0 20:1a.0 90:17.0 90:1a.0 10:19.0 10:18.0 a0:19.0 a0:18.0"),
+	},
+	"trn2": {Family: "trn2", Size: "48xlarge",
+		NeuronPCI: addrs("cc:00.0 b5:00.0 b6:00.0 cb:00.0 6f:00.0 58:00.0 59:00.0 6e:00.0 9b:00.0 84:00.0 85:00.0 9a:00.0 f8:00.0 e1:00.0 e2:00.0 f7:00.0"),
+		NeuronEFA: addrs("c9:00.0 b4:00.0 b3:00.0 ca:00.0 6c:00.0 57:00.0 56:00.0 6d:00.0 98:00.0 83:00.0 82:00.0 99:00.0 f5:00.0 e0:00.0 df:00.0 f6:00.0"),
+	},
+	"trn3": {Family: "trn3", Size: "48xlarge",
+		NeuronEFA: addrs("be:00.0 a9:00.0 a8:00.0 bf:00.0 61:00.0 4c:00.0 4b:00.0 62:00.0 8d:00.0 78:00.0 77:00.0 8e:00.0 ea:00.0 d5:00.0 d4:00.0 eb:00.0"),
+	},
+}
+
+// TableFor returns the table of an instance type's family
+// ("trn2u.48xlarge" -> trn2), or false for a family without one.
+func TableFor(instanceType string) (*Table, bool) {
+	fam, _, _ := strings.Cut(instanceType, ".")
+	t, ok := tables[families[fam]]
+	return t, ok
+}
+
+// Indexes returns the table's Neuron indexes in order.
+func (t *Table) Indexes() []int {
+	var out []int
+	for i := range t.NeuronEFA {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NeuronsOf returns the Neuron indexes attached to the EFA at a, in order.
+func (t *Table) NeuronsOf(a pcie.Address) []int {
+	var out []int
+	for _, i := range t.Indexes() {
+		if t.NeuronEFA[i] == a {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// IndexOf returns the Neuron index of the PCI function at a, or -1.
+func (t *Table) IndexOf(a pcie.Address) int {
+	for i, p := range t.NeuronPCI {
+		if p == a {
+			return i
+		}
+	}
+	return -1
+}
+
+// GroupSizes are the device-group sizes AWS publishes besides 1.
+var GroupSizes = []int{4, 8, 16}
+
+// Groups are the resource.aws.com/devicegroup{1,4,8,16}_id values of one
+// device.
+type Groups struct {
+	Group1  string `json:"devicegroup1_id"`
+	Group4  string `json:"devicegroup4_id"`
+	Group8  string `json:"devicegroup8_id"`
+	Group16 string `json:"devicegroup16_id"`
+}
+
+// GroupID is AWS's devicegroupN_id of Neuron index i for N in 4, 8, 16: the
+// first 16 hex digits of the SHA-256 of the sorted, de-duplicated EFA PCI
+// addresses of Neuron devices floor(i/N)*N .. floor(i/N)*N+N-1, joined with
+// ",".
+func (t *Table) GroupID(i, n int) string {
+	lo := (i / n) * n
+	var as []string
+	for j := lo; j < lo+n; j++ {
+		if a, ok := t.NeuronEFA[j]; ok {
+			as = append(as, a.String())
+		}
+	}
+	slices.Sort(as)
+	as = slices.Compact(as)
+	sum := sha256.Sum256([]byte(strings.Join(as, ",")))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// NeuronGroups returns the groups of Neuron index i: group 1 is the PCI
+// address of its EFA, as on that EFA, so the two match.
+func (t *Table) NeuronGroups(i int) (Groups, bool) {
+	efa, ok := t.NeuronEFA[i]
+	if !ok {
+		return Groups{}, false
+	}
+	return Groups{Group1: efa.String(), Group4: t.GroupID(i, 4), Group8: t.GroupID(i, 8), Group16: t.GroupID(i, 16)}, true
+}
+
+// EFAGroups returns the groups of the EFA at a, from the lowest Neuron index
+// attached to it; false when no Neuron device is attached to it.
+func (t *Table) EFAGroups(a pcie.Address) (Groups, bool) {
+	ns := t.NeuronsOf(a)
+	if len(ns) == 0 {
+		return Groups{}, false
+	}
+	i := ns[0]
+	return Groups{Group1: a.String(), Group4: t.GroupID(i, 4), Group8: t.GroupID(i, 8), Group16: t.GroupID(i, 16)}, true
+}
