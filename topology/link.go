@@ -39,11 +39,11 @@ func (l Link) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 // LinkLegend explains each class, as nvidia-smi's legend does.
 var LinkLegend = []struct{ Link, Meaning string }{
 	{"SELF", "the same device"},
-	{"PIX", "connection traversing at most a single PCIe bridge"},
-	{"PXB", "connection traversing multiple PCIe bridges (without traversing the PCIe host bridge)"},
-	{"PHB", "connection traversing PCIe as well as a PCIe host bridge (typically the CPU)"},
-	{"NODE", "connection traversing PCIe as well as the interconnect between PCIe host bridges within a NUMA node"},
-	{"SYS", "connection traversing PCIe as well as the SMP interconnect between NUMA nodes"},
+	{"PIX", "through at most one PCIe bridge (one switch port)"},
+	{"PXB", "through several PCIe bridges below the host bridge (one PCIe switch)"},
+	{"PHB", "through a PCIe host bridge (one root complex)"},
+	{"NODE", "between the PCIe host bridges of one NUMA node"},
+	{"SYS", "between NUMA nodes, across the CPU interconnect"},
 }
 
 // Link returns the class of the connection between a and b, from the PCI

@@ -82,6 +82,8 @@ type Topology struct {
 	// Notes say what could not be worked out and why, without being
 	// errors: an unknown instance type gives no device groups.
 	Notes []string
+	// InactiveEFAs are EFA functions without an RDMA device.
+	InactiveEFAs []*pcie.Device
 
 	byPCI map[pcie.Address]*Device
 }
@@ -124,6 +126,7 @@ func Build(tree *pcie.Tree, efas *efa.Result, h *host.Info, class []neuron.Class
 		add(&Device{Kind: KindEFA, Name: e.Name, PCI: e.PCI, EFA: e, NeuronIndex: -1})
 	}
 	t.addEFAGroups()
+	t.InactiveEFAs = efas.Inactive
 	return t
 }
 

@@ -12,31 +12,37 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
 )
 
 // efaView is one EFA in list's JSON and YAML output.
 type efaView struct {
-	Name        string       `json:"name"`
-	PCIAddress  string       `json:"pciAddress"`
-	Generation  string       `json:"generation"`
-	PCIDevice   string       `json:"pciDevice"`
-	Uverbs      *string      `json:"uverbs"`
-	DevicePath  *string      `json:"devicePath"`
-	DevNumber   *string      `json:"devNumber"`
-	NUMANode    *int         `json:"numaNode"`
-	LocalCPUs   string       `json:"localCPUs,omitempty"`
-	PCIeRoot    string       `json:"pcieRoot"`
-	Bridges     []string     `json:"bridges"`
-	NodeGUID    string       `json:"nodeGUID,omitempty"`
-	Netdev      string       `json:"netdev,omitempty"`
-	P2P         string       `json:"p2p,omitempty"`
-	Ports       []portView   `json:"ports"`
-	Driver      string       `json:"driver,omitempty"`
-	Subsystem   string       `json:"pciSubsystem"`
-	Vendor      string       `json:"pciVendor"`
-	sortAddress pcie.Address `json:"-"`
+	Name       string     `json:"name"`
+	PCIAddress string     `json:"pciAddress"`
+	Generation string     `json:"generation"`
+	PCIDevice  string     `json:"pciDevice"`
+	Uverbs     *string    `json:"uverbs"`
+	DevicePath *string    `json:"devicePath"`
+	DevNumber  *string    `json:"devNumber"`
+	NUMANode   *int       `json:"numaNode"`
+	LocalCPUs  string     `json:"localCPUs,omitempty"`
+	PCIeRoot   string     `json:"pcieRoot"`
+	Bridges    []string   `json:"bridges"`
+	NodeGUID   string     `json:"nodeGUID,omitempty"`
+	Netdev     string     `json:"netdev,omitempty"`
+	P2P        string     `json:"p2p,omitempty"`
+	Ports      []portView `json:"ports"`
+	Driver     string     `json:"driver,omitempty"`
+	Subsystem  string     `json:"pciSubsystem"`
+	Vendor     string     `json:"pciVendor"`
+	// Accelerators are the PCI addresses of the closest GPUs or Neuron
+	// devices (topology.Closest).
+	Accelerators []string       `json:"accelerators"`
+	DeviceGroups *neuron.Groups `json:"deviceGroups"`
+	sortAddress  pcie.Address   `json:"-"`
 }
 
 type portView struct {
@@ -50,20 +56,21 @@ type portView struct {
 
 func newEFAView(d *efa.Device, names *pcie.Names) efaView {
 	v := efaView{
-		Name:        d.Name,
-		PCIAddress:  d.PCI.Address.String(),
-		Generation:  d.Generation.String(),
-		PCIDevice:   names.Device(d.PCI.Vendor, d.PCI.Device),
-		Vendor:      names.Vendor(d.PCI.Vendor),
-		Subsystem:   fmt.Sprintf("%04x:%04x", d.PCI.SubsystemVendor, d.PCI.SubsystemDevice),
-		PCIeRoot:    d.PCI.Root,
-		Bridges:     []string{},
-		NodeGUID:    d.NodeGUID,
-		Netdev:      d.Netdev,
-		P2P:         d.P2P,
-		Driver:      d.PCI.Driver,
-		Ports:       []portView{},
-		sortAddress: d.PCI.Address,
+		Name:         d.Name,
+		PCIAddress:   d.PCI.Address.String(),
+		Generation:   d.Generation.String(),
+		PCIDevice:    names.Device(d.PCI.Vendor, d.PCI.Device),
+		Vendor:       names.Vendor(d.PCI.Vendor),
+		Subsystem:    fmt.Sprintf("%04x:%04x", d.PCI.SubsystemVendor, d.PCI.SubsystemDevice),
+		PCIeRoot:     d.PCI.Root,
+		Bridges:      []string{},
+		NodeGUID:     d.NodeGUID,
+		Netdev:       d.Netdev,
+		P2P:          d.P2P,
+		Driver:       d.PCI.Driver,
+		Ports:        []portView{},
+		Accelerators: []string{},
+		sortAddress:  d.PCI.Address,
 	}
 	if d.Verbs != nil {
 		u, p, n := d.Verbs.Name, d.Verbs.DevicePath(), fmt.Sprintf("%d:%d", d.Verbs.Major, d.Verbs.Minor)
@@ -105,17 +112,24 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer r.Close()
-	_, res, scanErr := efa.Scan(r)
+	topo, scanErr := topology.Scan(r)
 	names, _ := pcie.LoadNames() // built-in names when there is no pci.ids
-	views := make([]efaView, 0, len(res.EFAs))
-	for _, d := range res.EFAs {
-		views = append(views, newEFAView(d, names))
+	views := make([]efaView, 0)
+	for _, d := range topo.Of(topology.KindEFA) {
+		v := newEFAView(d.EFA, names)
+		for _, a := range topo.Closest(d) {
+			if a.PCI != nil {
+				v.Accelerators = append(v.Accelerators, a.PCI.Address.String())
+			}
+		}
+		v.DeviceGroups = d.Groups
+		views = append(views, v)
 	}
 	if err := printEFAs(stdout, *out, views); err != nil {
 		fmt.Fprintf(stderr, "efakit list: %v\n", err)
 		return 1
 	}
-	for _, d := range res.Inactive {
+	for _, d := range topo.InactiveEFAs {
 		fmt.Fprintf(stderr, "efakit list: note: EFA function %s has no RDMA device (efa driver not bound?)\n", d.Address)
 	}
 	if scanErr != nil {

@@ -2,6 +2,7 @@
 // or from a capture, and captures machines for later replay.
 //
 //	efakit list [--sysfs PATH] [-o table|json|yaml]
+//	efakit topo [--sysfs PATH] [-o matrix|json]
 //	efakit snapshot [--sysfs PATH] -o FILE
 //	efakit version
 package main
@@ -23,6 +24,7 @@ const usage = `usage: efakit <command> [flags]
 
 commands:
   list       the EFA devices (--sysfs PATH, -o table|json|yaml)
+  topo       GPUs, Neuron devices and EFAs: link matrix, affinity, device groups (--sysfs PATH, -o matrix|json)
   snapshot   capture what efakit reads from sysfs into a file (--sysfs PATH, -o FILE)
   version    print the version
 
@@ -38,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "list":
 		return cmdList(args[1:], stdout, stderr)
+	case "topo":
+		return cmdTopo(args[1:], stdout, stderr)
 	case "snapshot":
 		return cmdSnapshot(args[1:], stdout, stderr)
 	case "version":

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/efakit/efakit/host"
+	"github.com/efakit/efakit/neuron"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// topoView is `efakit topo -o json`: the same data as the matrix.
+type topoView struct {
+	InstanceType string           `json:"instanceType"`
+	Devices      []topoDeviceView `json:"devices"`
+	// Links[i][j] is the link class between Devices[i] and Devices[j].
+	Links     [][]topology.Link `json:"links"`
+	NUMANodes []numaView        `json:"numaNodes"`
+	Legend    map[string]string `json:"legend"`
+	Notes     []string          `json:"notes"`
+}
+
+type topoDeviceView struct {
+	Label        string             `json:"label"` // the matrix's column name
+	Name         string             `json:"name"`
+	Kind         topology.Kind      `json:"kind"`
+	PCIAddress   *string            `json:"pciAddress"`
+	PCIDevice    string             `json:"pciDevice,omitempty"`
+	NeuronIndex  *int               `json:"neuronIndex,omitempty"`
+	LocalCPUs    string             `json:"localCPUs,omitempty"`
+	Standard     *topology.Standard `json:"standardAttributes"`
+	Closest      []string           `json:"closest"`
+	DeviceGroups *neuron.Groups     `json:"deviceGroups"`
+}
+
+type numaView struct {
+	ID        int    `json:"id"`
+	CPUs      string `json:"cpus"`
+	Distances []int  `json:"distances"`
+	Socket    *int   `json:"socket"`
+}
+
+// labels gives each device its short column name: GPU0, NRN0, NIC0.
+func labels(t *topology.Topology) map[*topology.Device]string {
+	out := map[*topology.Device]string{}
+	nics := 0
+	for _, d := range t.Devices {
+		switch d.Kind {
+		case topology.KindGPU:
+			out[d] = d.Name
+		case topology.KindNeuron:
+			out[d] = strings.Replace(d.Name, "NEURON", "NRN", 1)
+		default:
+			out[d] = fmt.Sprintf("NIC%d", nics)
+			nics++
+		}
+	}
+	return out
+}
+
+func newTopoView(t *topology.Topology, names *pcie.Names) topoView {
+	lab := labels(t)
+	v := topoView{Legend: map[string]string{}, Notes: t.Notes, Links: [][]topology.Link{}, Devices: []topoDeviceView{}, NUMANodes: []numaView{}}
+	if v.Notes == nil {
+		v.Notes = []string{}
+	}
+	if t.Host != nil {
+		v.InstanceType = t.Host.InstanceType
+		for _, n := range t.Host.NUMANodes {
+			nv := numaView{ID: n.ID, CPUs: n.CPUs.String(), Distances: n.Distances}
+			if n.Socket >= 0 {
+				s := n.Socket
+				nv.Socket = &s
+			}
+			v.NUMANodes = append(v.NUMANodes, nv)
+		}
+	}
+	for _, l := range topology.LinkLegend {
+		v.Legend[l.Link] = l.Meaning
+	}
+	for _, d := range t.Devices {
+		dv := topoDeviceView{Label: lab[d], Name: d.Name, Kind: d.Kind, Closest: []string{}, DeviceGroups: d.Groups}
+		if d.PCI != nil {
+			a := d.PCI.Address.String()
+			dv.PCIAddress = &a
+			dv.PCIDevice = names.Device(d.PCI.Vendor, d.PCI.Device)
+			if d.PCI.LocalCPUs != nil {
+				dv.LocalCPUs = d.PCI.LocalCPUs.String()
+			}
+		}
+		if d.NeuronIndex >= 0 {
+			i := d.NeuronIndex
+			dv.NeuronIndex = &i
+		}
+		if s, ok := t.StandardAttributes(d); ok {
+			dv.Standard = &s
+		}
+		for _, c := range t.Closest(d) {
+			dv.Closest = append(dv.Closest, c.Name)
+		}
+		row := make([]topology.Link, len(t.Devices))
+		for j, o := range t.Devices {
+			row[j] = t.Link(d, o)
+		}
+		v.Links = append(v.Links, row)
+		v.Devices = append(v.Devices, dv)
+	}
+	return v
+}
+
+func cmdTopo(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("topo", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
+	out := fl.String("o", "matrix", "output `format`: matrix or json")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if *out != "matrix" && *out != "json" {
+		fmt.Fprintf(stderr, "efakit topo: unknown output format %q (matrix, json)\n", *out)
+		return 2
+	}
+	r, err := sysfs.Open(*root)
+	if err != nil {
+		fmt.Fprintf(stderr, "efakit topo: %v\n", err)
+		return 1
+	}
+	defer r.Close()
+	t, scanErr := topology.Scan(r)
+	names, _ := pcie.LoadNames()
+	v := newTopoView(t, names)
+	if *out == "json" {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			fmt.Fprintf(stderr, "efakit topo: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		printMatrix(stdout, t, v)
+	}
+	if scanErr != nil {
+		printErrors(stderr, "efakit topo", scanErr)
+		return 1
+	}
+	return 0
+}
+
+// printMatrix prints the view as nvidia-smi topo -m does: link classes,
+// then CPU and NUMA affinity, then legends.
+func printMatrix(w io.Writer, t *topology.Topology, v topoView) {
+	if v.InstanceType != "" {
+		fmt.Fprintf(w, "Instance type: %s\n\n", v.InstanceType)
+	}
+	if len(v.Devices) == 0 {
+		fmt.Fprintln(w, "(no GPU, Neuron device or EFA)")
+	}
+	groups := false
+	for _, d := range v.Devices {
+		groups = groups || d.DeviceGroups != nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	if len(v.Devices) > 0 {
+		fmt.Fprint(tw, "\t")
+		for _, d := range v.Devices {
+			fmt.Fprintf(tw, "%s\t", d.Label)
+		}
+		fmt.Fprint(tw, "CPU Affinity\tNUMA Affinity")
+		if groups {
+			fmt.Fprint(tw, "\tDevice Group (4)")
+		}
+		fmt.Fprintln(tw)
+	}
+	for i, d := range v.Devices {
+		fmt.Fprintf(tw, "%s\t", d.Label)
+		for _, l := range v.Links[i] {
+			s := l.String()
+			if l == topology.LinkSelf {
+				s = "X"
+			}
+			fmt.Fprintf(tw, "%s\t", s)
+		}
+		numa, cpus, group := "N/A", d.LocalCPUs, "-"
+		if d.Standard != nil && d.Standard.NUMANode != nil {
+			numa = fmt.Sprint(*d.Standard.NUMANode)
+		}
+		if cpus == "" {
+			cpus = "N/A"
+		}
+		if d.DeviceGroups != nil {
+			group = d.DeviceGroups.Group4
+		}
+		fmt.Fprintf(tw, "%s\t%s", cpus, numa)
+		if groups {
+			fmt.Fprintf(tw, "\t%s", group)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nLegend:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "  X    = Self")
+	for _, l := range topology.LinkLegend[1:] {
+		fmt.Fprintf(w, "  %-4s = %s\n", l.Link, l.Meaning)
+	}
+	var nics []string
+	for _, d := range v.Devices {
+		if d.Kind == topology.KindEFA || d.Kind == topology.KindNeuron {
+			addr := "-"
+			if d.PCIAddress != nil {
+				addr = *d.PCIAddress
+			}
+			nics = append(nics, fmt.Sprintf("  %-6s: %s (%s), closest: %s", d.Label, d.Name, addr, strings.Join(d.Closest, ", ")))
+		}
+	}
+	if len(nics) > 0 {
+		fmt.Fprintln(w, "\nNIC and Neuron Legend:")
+		fmt.Fprintln(w)
+		for _, s := range nics {
+			fmt.Fprintln(w, s)
+		}
+	}
+	if len(v.NUMANodes) > 0 {
+		fmt.Fprintln(w, "\nNUMA nodes:")
+		fmt.Fprintln(w)
+		for _, n := range v.NUMANodes {
+			fmt.Fprintf(w, "  node%d: CPUs %s, distances %v\n", n.ID, n.CPUs, n.Distances)
+		}
+	} else if t.Host != nil {
+		fmt.Fprintf(w, "\nNo NUMA nodes in %s\n", host.NodeDir)
+	}
+	for _, n := range v.Notes {
+		fmt.Fprintf(w, "\nNote: %s", n)
+	}
+	if len(v.Notes) > 0 {
+		fmt.Fprintln(w)
+	}
+}

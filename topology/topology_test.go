@@ -1,0 +1,347 @@
+package topology_test
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+func fixtures(t testing.TB) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob("../testdata/sysfs/*.sysfs")
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	out := map[string]string{}
+	for _, p := range paths {
+		out[strings.TrimSuffix(filepath.Base(p), ".sysfs")] = p
+	}
+	return out
+}
+
+func scan(t testing.TB, name string) *topology.Topology {
+	t.Helper()
+	r, err := sysfs.Open("../testdata/sysfs/" + name + ".sysfs")
+	require.NoError(t, err)
+	topo, err := topology.Scan(r)
+	require.NoError(t, err)
+	return topo
+}
+
+func names(ds []*topology.Device) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// TestStandardAttributesMatchDeviceattribute computes every device's
+// standard attributes with k8s.io/dynamic-resource-allocation/deviceattribute
+// on the same tree: cross-driver matchAttribute needs identical strings.
+func TestStandardAttributesMatchDeviceattribute(t *testing.T) {
+	t.Parallel()
+	for name, path := range fixtures(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.Open(path)
+			require.NoError(t, err)
+			topo, err := topology.Scan(root)
+			require.NoError(t, err)
+			withFS := deviceattribute.WithFS(root)
+			checked := 0
+			for _, d := range topo.Devices {
+				got, ok := topo.StandardAttributes(d)
+				if !ok {
+					continue
+				}
+				bdf := d.PCI.Address.String()
+				rootAttr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(bdf, withFS)
+				require.NoError(t, err, bdf)
+				assert.Equal(t, *rootAttr.Value.StringValue, got.PCIeRoot, bdf)
+				busAttr, err := deviceattribute.GetPCIBusIDAttribute(bdf)
+				require.NoError(t, err)
+				assert.Equal(t, *busAttr.Value.StringValue, got.PCIBusID, bdf)
+				scalar, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(bdf, deviceattribute.ScalarAttribute, withFS)
+				list, lerr := deviceattribute.GetNUMANodeAttributeByPCIBusID(bdf, deviceattribute.ListAttribute, withFS)
+				if got.NUMANode == nil {
+					assert.Error(t, err, "%s: numa_node -1 publishes no numaNode", bdf)
+					assert.Error(t, lerr)
+				} else {
+					require.NoError(t, err, bdf)
+					assert.Equal(t, int64(*got.NUMANode), *scalar.Value.IntValue, bdf)
+					require.NoError(t, lerr, bdf)
+					var want []int
+					for _, v := range list.Value.IntValues {
+						want = append(want, int(v))
+					}
+					assert.Equal(t, want, got.NUMANodes, bdf)
+				}
+				checked++
+			}
+			t.Logf("%d devices checked", checked)
+		})
+	}
+}
+
+// TestHardwareFacts states shared/HARDWARE.md's pairings by hand.
+func TestHardwareFacts(t *testing.T) {
+	t.Parallel()
+	t.Run("p5: each GPU has the four EFAs behind its switch", func(t *testing.T) {
+		topo := scan(t, "p5.48xlarge")
+		gpus := topo.Of(topology.KindGPU)
+		require.Len(t, gpus, 8)
+		for k, g := range gpus {
+			assert.Equal(t, fmt.Sprintf("0000:%02x:00.0", []int{0x53, 0x64, 0x75, 0x86, 0x97, 0xa8, 0xb9, 0xca}[k]), g.PCI.Address.String())
+			var want []string
+			for j := range 4 {
+				want = append(want, fmt.Sprintf("rdmap%ds0", []int{0x4f, 0x60, 0x71, 0x82, 0x93, 0xa4, 0xb5, 0xc6}[k]+j))
+			}
+			efas := topo.Closest(g)
+			assert.Equal(t, want, names(efas), g.Name)
+			for _, e := range efas {
+				assert.Equal(t, topology.LinkPXB, topo.Link(g, e))
+				assert.Equal(t, []string{g.Name}, names(topo.Closest(e)))
+			}
+		}
+		// Across the two sockets: SYS; within a socket, other roots: NODE.
+		assert.Equal(t, topology.LinkNode, topo.Link(gpus[0], topo.ByName("rdmap96s0")))
+		assert.Equal(t, topology.LinkSys, topo.Link(gpus[0], topo.ByName("rdmap198s0")))
+		assert.Equal(t, topology.LinkSelf, topo.Link(gpus[0], gpus[0]))
+	})
+	t.Run("p4d: each EFA pairs with the two GPUs of its root", func(t *testing.T) {
+		topo := scan(t, "p4d.24xlarge")
+		for _, e := range topo.Of(topology.KindEFA) {
+			acc := topo.Closest(e)
+			require.Len(t, acc, 2, e.Name)
+			bus := e.PCI.Address.Bus
+			for _, g := range acc {
+				assert.Equal(t, bus, g.PCI.Address.Bus)
+				assert.Contains(t, []uint8{0x1c, 0x1d}, g.PCI.Address.Device)
+				assert.Equal(t, topology.LinkPHB, topo.Link(e, g))
+			}
+		}
+		assert.Len(t, topo.Of(topology.KindGPU), 8, "NVSwitches are not GPUs")
+	})
+	t.Run("p5en: two GPUs and four EFAs share each switch", func(t *testing.T) {
+		topo := scan(t, "p5en.48xlarge")
+		for _, g := range topo.Of(topology.KindGPU) {
+			efas := topo.Closest(g)
+			require.Len(t, efas, 4, g.Name)
+			for _, e := range efas {
+				assert.Len(t, topo.Closest(e), 2)
+				assert.Contains(t, names(topo.Closest(e)), g.Name)
+				assert.Equal(t, g.PCI.Root, e.PCI.Root)
+			}
+		}
+	})
+	t.Run("p6-b200: mlx5 devices are not EFAs", func(t *testing.T) {
+		topo := scan(t, "p6-b200.48xlarge")
+		for _, e := range topo.Of(topology.KindEFA) {
+			assert.True(t, strings.HasPrefix(e.Name, "rdmap"), e.Name)
+		}
+		assert.Len(t, topo.Of(topology.KindEFA), 8)
+		for _, g := range topo.Of(topology.KindGPU) {
+			assert.Len(t, topo.Closest(g), 2, "2 GPUs and 2 NICs per switch")
+		}
+	})
+	t.Run("trn1: the Neuron/EFA table", func(t *testing.T) {
+		topo := scan(t, "trn1.32xlarge")
+		want := map[int]string{0: "10:1a", 1: "10:1a", 2: "a0:1a", 3: "a0:1a", 4: "20:19", 5: "20:19", 6: "90:19", 7: "90:19",
+			8: "20:1a", 9: "20:1a", 10: "90:1a", 11: "90:1a", 12: "10:19", 13: "10:19", 14: "a0:19", 15: "a0:19"}
+		ns := topo.Of(topology.KindNeuron)
+		require.Len(t, ns, 16)
+		for _, n := range ns {
+			efas := topo.Closest(n)
+			require.Len(t, efas, 1, n.Name)
+			assert.Equal(t, "0000:"+want[n.NeuronIndex]+".0", efas[0].PCI.Address.String(), n.Name)
+		}
+		e := topo.Lookup(mustAddr(t, "0000:10:19.0"))
+		require.NotNil(t, e)
+		assert.Equal(t, []string{"NEURON12", "NEURON13"}, names(topo.Closest(e)))
+		require.NotNil(t, e.Groups)
+		assert.Equal(t, "0000:10:19.0", e.Groups.Group1)
+		assert.Equal(t, "178a9e264a26793e", e.Groups.Group4)
+		assert.Equal(t, "aa86c05423d6e8cd", e.Groups.Group8)
+		assert.Equal(t, "fb838249c99a6341", e.Groups.Group16)
+		// A Neuron device and its EFA agree on every group.
+		n12 := topo.ByName("NEURON12")
+		assert.Equal(t, *e.Groups, *n12.Groups)
+		// Group 16 is one value for the whole machine.
+		for _, d := range topo.Devices {
+			require.NotNil(t, d.Groups, d.Name)
+			assert.Equal(t, "fb838249c99a6341", d.Groups.Group16)
+		}
+		assert.Empty(t, topo.Notes)
+	})
+	t.Run("trn2: one EFA per Neuron device, same switch", func(t *testing.T) {
+		topo := scan(t, "trn2.48xlarge")
+		efaBus := []int{0xc9, 0xb4, 0xb3, 0xca, 0x6c, 0x57, 0x56, 0x6d, 0x98, 0x83, 0x82, 0x99, 0xf5, 0xe0, 0xdf, 0xf6}
+		for _, n := range topo.Of(topology.KindNeuron) {
+			efas := topo.Closest(n)
+			require.Len(t, efas, 1)
+			assert.Equal(t, efaBus[n.NeuronIndex], int(efas[0].PCI.Address.Bus))
+			assert.Equal(t, topology.LinkPXB, topo.Link(n, efas[0]))
+			assert.Equal(t, n.Groups.Group4, efas[0].Groups.Group4)
+		}
+		assert.Empty(t, topo.Notes)
+	})
+	t.Run("g5: no NUMA, un-renamed EFA", func(t *testing.T) {
+		topo := scan(t, "g5.8xlarge")
+		e := topo.ByName("efa_0")
+		require.NotNil(t, e)
+		assert.Equal(t, []string{"GPU0"}, names(topo.Closest(e)))
+		s, ok := topo.StandardAttributes(e)
+		require.True(t, ok)
+		assert.Nil(t, s.NUMANode)
+		assert.Nil(t, e.Groups)
+	})
+}
+
+func mustAddr(t *testing.T, s string) (a pcie.Address) {
+	t.Helper()
+	require.NoError(t, a.UnmarshalText([]byte(s)))
+	return a
+}
+
+// TestNeuronNotes: an unknown instance type gives no groups and a note; a
+// Neuron function missing from the tree leaves only that device out.
+func TestNeuronNotes(t *testing.T) {
+	t.Parallel()
+	r, err := sysfs.OpenCapture("../testdata/sysfs/trn1.32xlarge.sysfs")
+	require.NoError(t, err)
+	base := r.ReadLinkFS.(*sysfs.MemFS).Entries()
+	edit := func(f func(p string, e *sysfs.Entry) bool) *sysfs.MemFS {
+		var es []sysfs.Entry
+		for _, e := range base {
+			if f(e.Path, &e) {
+				es = append(es, e)
+			}
+		}
+		m, err := sysfs.NewMemFS(es)
+		require.NoError(t, err)
+		return m
+	}
+	unknown := edit(func(p string, e *sysfs.Entry) bool {
+		if strings.HasSuffix(p, "dmi/id/product_name") {
+			e.Data = []byte("trn9.metal\n")
+		}
+		return true
+	})
+	topo, err := topology.Scan(unknown)
+	require.NoError(t, err, "an unknown instance type is a note, not an error")
+	for _, d := range topo.Devices {
+		assert.Nil(t, d.Groups)
+	}
+	require.Len(t, topo.Notes, 1)
+	assert.Contains(t, topo.Notes[0], "trn9.metal")
+	assert.Len(t, topo.Of(topology.KindNeuron), 16)
+
+	noDMI := edit(func(p string, _ *sysfs.Entry) bool { return !strings.HasSuffix(p, "dmi/id/product_name") })
+	topo, err = topology.Scan(noDMI)
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(topo.Notes, "\n"), "no instance type")
+
+	// Neuron device 5 sits at 20:1c.0: take its function away.
+	missing := edit(func(p string, _ *sysfs.Entry) bool {
+		return !strings.Contains(p, "0000:20:1c.0")
+	})
+	topo, err = topology.Scan(missing)
+	require.NoError(t, err)
+	assert.Nil(t, topo.ByName("NEURON5"))
+	assert.NotNil(t, topo.ByName("NEURON4"))
+	assert.Contains(t, strings.Join(topo.Notes, "\n"), "Neuron device 5 should be at 0000:20:1c.0")
+	assert.Len(t, topo.Of(topology.KindNeuron), 15)
+	// The EFA of devices 4 and 5 keeps its groups through device 4.
+	e := topo.Lookup(mustAddr(t, "0000:20:19.0"))
+	require.NotNil(t, e.Groups)
+}
+
+func TestPCILinkClasses(t *testing.T) {
+	t.Parallel()
+	b := fakesys.New()
+	br := func(addr, parent string) {
+		b.AddPCI(fakesys.PCI{Addr: addr, Parent: parent, Vendor: 0x1d0f, Device: 0x0200, Class: 0x060400, NUMA: 0, CPUs: "0"})
+	}
+	ep := func(addr, parent string, numa int) {
+		b.AddPCI(fakesys.PCI{Addr: addr, Parent: parent, Vendor: 0x10de, Device: 0x2330, Class: 0x030200, NUMA: numa, CPUs: "0"})
+	}
+	br("0000:10:00.0", "")
+	br("0000:11:00.0", "0000:10:00.0")
+	br("0000:12:01.0", "0000:11:00.0")
+	br("0000:12:02.0", "0000:11:00.0")
+	ep("0000:13:00.0", "0000:12:01.0", 0)
+	ep("0000:13:00.1", "0000:12:01.0", 0)
+	ep("0000:14:00.0", "0000:12:02.0", 0)
+	ep("0000:10:05.0", "", 0)
+	ep("0000:20:00.0", "", 0)
+	ep("0000:30:00.0", "", 1)
+	ep("0000:40:00.0", "", -1)
+	topo, err := topology.Scan(b.FS())
+	require.NoError(t, err)
+	by := func(a string) *topology.Device { return topo.Lookup(mustAddr(t, a)) }
+	for _, tc := range []struct {
+		a, b string
+		want topology.Link
+	}{
+		{"0000:13:00.0", "0000:13:00.1", topology.LinkPIX},
+		{"0000:13:00.0", "0000:14:00.0", topology.LinkPXB},
+		{"0000:13:00.0", "0000:10:05.0", topology.LinkPHB},
+		{"0000:13:00.0", "0000:20:00.0", topology.LinkNode},
+		{"0000:13:00.0", "0000:30:00.0", topology.LinkSys},
+		{"0000:13:00.0", "0000:40:00.0", topology.LinkNode},
+	} {
+		assert.Equal(t, tc.want, topo.Link(by(tc.a), by(tc.b)), "%s-%s", tc.a, tc.b)
+		assert.Equal(t, tc.want, topo.Link(by(tc.b), by(tc.a)), "%s-%s", tc.b, tc.a)
+	}
+	assert.True(t, slices.IsSorted([]topology.Link{topology.LinkSelf, topology.LinkPIX, topology.LinkPXB, topology.LinkPHB, topology.LinkNode, topology.LinkSys}))
+}
+
+// countFS counts the questions asked of a file system.
+type countFS struct {
+	fs.ReadLinkFS
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *countFS) count(k string)                 { c.mu.Lock(); c.calls[k]++; c.mu.Unlock() }
+func (c *countFS) Open(n string) (fs.File, error) { c.count("open " + n); return c.ReadLinkFS.Open(n) }
+func (c *countFS) ReadLink(n string) (string, error) {
+	c.count("readlink " + n)
+	return c.ReadLinkFS.ReadLink(n)
+}
+func (c *countFS) Lstat(n string) (fs.FileInfo, error) {
+	c.count("lstat " + n)
+	return c.ReadLinkFS.Lstat(n)
+}
+
+// TestScanReadsOnce: the whole topology (PCI, EFA, host, Neuron class) asks
+// each question of sysfs once.
+func TestScanReadsOnce(t *testing.T) {
+	t.Parallel()
+	for name, path := range fixtures(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.Open(path)
+			require.NoError(t, err)
+			c := &countFS{ReadLinkFS: root, calls: map[string]int{}}
+			_, err = topology.Scan(c)
+			require.NoError(t, err)
+			for k, n := range c.calls {
+				assert.Equal(t, 1, n, "%s asked %d times", k, n)
+			}
+		})
+	}
+}
