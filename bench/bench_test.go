@@ -526,26 +526,10 @@ func benchPCI(b *testing.B, fx *fixture, fsys fs.ReadLinkFS) {
 // driver, parent and iommu_group. Warnings are discarded.
 func BenchmarkGHWPCI(b *testing.B) {
 	for _, fx := range fixtures {
-		b.Run(fx.name, func(b *testing.B) {
-			setPCIDB(b, fx)
-			want := len(fx.tree.Devices)
-			b.ReportAllocs()
-			for b.Loop() {
-				info, err := ghwPCI(fx, quiet)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(info.Devices) != want {
-					b.Fatalf("ghw found %d PCI functions, want %d", len(info.Devices), want)
-				}
-			}
-		})
+		b.Run(fx.name, func(b *testing.B) { benchGHW(b, fx, fx.pciIDs) })
 	}
 }
 
-// BenchmarkGHWPCIPreloaded is ghw's PCI discovery with the pci.ids loaded
-// once beforehand (WithPCIDB) and topology off: its sysfs walk alone, a
-// lower bound for BenchmarkGHWPCI.
 // BenchmarkGHWPCIFullDB is ghw.PCI as a user calls it on a host that has
 // the full pci.ids (Debian's pci.ids package, hwdata on Amazon Linux):
 // ghw parses the database on every call. It needs that file on the machine
@@ -563,24 +547,30 @@ func BenchmarkGHWPCIFullDB(b *testing.B) {
 		b.Skip("no full pci.ids on this machine (apt-get install pci.ids, or set EFAKIT_BENCH_PCIIDS)")
 	}
 	for _, fx := range fixtures {
-		b.Run(fx.name, func(b *testing.B) {
-			b.Setenv("PCIDB_PATH", db)
-			b.Setenv("PCIDB_ENABLE_NETWORK_FETCH", "0")
-			want := len(fx.tree.Devices)
-			b.ReportAllocs()
-			for b.Loop() {
-				info, err := ghwPCI(fx, quiet)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(info.Devices) != want {
-					b.Fatalf("ghw found %d PCI functions, want %d", len(info.Devices), want)
-				}
-			}
-		})
+		b.Run(fx.name, func(b *testing.B) { benchGHW(b, fx, db) })
 	}
 }
 
+// benchGHW runs ghw.PCI on fx with the pci.ids at db.
+func benchGHW(b *testing.B, fx *fixture, db string) {
+	b.Setenv("PCIDB_PATH", db)
+	b.Setenv("PCIDB_ENABLE_NETWORK_FETCH", "0")
+	want := len(fx.tree.Devices)
+	b.ReportAllocs()
+	for b.Loop() {
+		info, err := ghwPCI(fx, quiet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(info.Devices) != want {
+			b.Fatalf("ghw found %d PCI functions, want %d", len(info.Devices), want)
+		}
+	}
+}
+
+// BenchmarkGHWPCIPreloaded is ghw's PCI discovery with the pci.ids loaded
+// once beforehand (WithPCIDB) and topology off: its sysfs walk alone, a
+// lower bound for BenchmarkGHWPCI.
 func BenchmarkGHWPCIPreloaded(b *testing.B) {
 	for _, fx := range fixtures {
 		b.Run(fx.name, func(b *testing.B) {

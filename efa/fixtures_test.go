@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -23,17 +22,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
 
 // fixtures are the capture files under testdata/sysfs, by instance type.
-func fixtures(t testing.TB) map[string]string {
-	t.Helper()
-	paths, err := filepath.Glob("../testdata/sysfs/*.sysfs")
-	require.NoError(t, err)
-	require.NotEmpty(t, paths)
-	out := map[string]string{}
-	for _, p := range paths {
-		out[strings.TrimSuffix(filepath.Base(p), ".sysfs")] = p
-	}
-	return out
-}
+func fixtures(t testing.TB) map[string]string { return testfixture.Captures(t, "..") }
 
 func open(t testing.TB, path string) *sysfs.Root {
 	t.Helper()
@@ -260,29 +249,6 @@ func TestHardwareFacts(t *testing.T) {
 	})
 }
 
-// countFS counts every question asked of a file system.
-type countFS struct {
-	fs.ReadLinkFS
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func (c *countFS) count(op, name string) {
-	c.mu.Lock()
-	c.calls[op+" "+name]++
-	c.mu.Unlock()
-}
-
-func (c *countFS) Open(n string) (fs.File, error) { c.count("open", n); return c.ReadLinkFS.Open(n) }
-func (c *countFS) ReadLink(n string) (string, error) {
-	c.count("readlink", n)
-	return c.ReadLinkFS.ReadLink(n)
-}
-func (c *countFS) Lstat(n string) (fs.FileInfo, error) {
-	c.count("lstat", n)
-	return c.ReadLinkFS.Lstat(n)
-}
-
 // TestNoFileReadTwice proves that one discovery opens each file and
 // directory once, and reads each link once.
 func TestNoFileReadTwice(t *testing.T) {
@@ -290,17 +256,18 @@ func TestNoFileReadTwice(t *testing.T) {
 	for name, path := range fixtures(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := &countFS{ReadLinkFS: open(t, path), calls: map[string]int{}}
+			c := testfixture.NewCountFS(open(t, path))
 			_, res, err := efa.Scan(c)
 			require.NoError(t, err)
 			opens := 0
-			for k, n := range c.calls {
+			calls := c.Calls()
+			for k, n := range calls {
 				assert.Equal(t, 1, n, "%s asked %d times", k, n)
 				if strings.HasPrefix(k, "open ") {
 					opens++
 				}
 			}
-			t.Logf("%d EFAs, %d opens, %d questions", len(res.EFAs), opens, len(c.calls))
+			t.Logf("%d EFAs, %d opens, %d questions", len(res.EFAs), opens, len(calls))
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -230,35 +231,21 @@ func TestReaderCachesMetadata(t *testing.T) {
 	t.Parallel()
 	m, err := sysfs.NewMemFS(tree())
 	require.NoError(t, err)
-	c := &countFS{ReadLinkFS: m, calls: map[string]int{}}
+	c := testfixture.NewCountFS(m)
 	r := sysfs.NewReader(c)
 	for range 3 {
 		_, err := r.ReadString("class/chain/a/vendor")
 		require.NoError(t, err)
 	}
-	for k, n := range c.calls {
+	calls := c.Calls()
+	for k, n := range calls {
 		if strings.HasPrefix(k, "open ") {
 			assert.Equal(t, 3, n, k) // contents are never cached
 			continue
 		}
 		assert.Equal(t, 1, n, "%s asked %d times", k, n)
 	}
-	assert.NotZero(t, c.calls["readlink class/chain/a"])
-}
-
-type countFS struct {
-	fs.ReadLinkFS
-	calls map[string]int
-}
-
-func (c *countFS) Open(n string) (fs.File, error) { c.calls["open "+n]++; return c.ReadLinkFS.Open(n) }
-func (c *countFS) Lstat(n string) (fs.FileInfo, error) {
-	c.calls["lstat "+n]++
-	return c.ReadLinkFS.Lstat(n)
-}
-func (c *countFS) ReadLink(n string) (string, error) {
-	c.calls["readlink "+n]++
-	return c.ReadLinkFS.ReadLink(n)
+	assert.NotZero(t, calls["readlink class/chain/a"])
 }
 
 func FuzzParseCapture(f *testing.F) {

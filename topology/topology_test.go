@@ -2,11 +2,8 @@ package topology_test
 
 import (
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,22 +11,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
-func fixtures(t testing.TB) map[string]string {
-	t.Helper()
-	paths, err := filepath.Glob("../testdata/sysfs/*.sysfs")
-	require.NoError(t, err)
-	require.NotEmpty(t, paths)
-	out := map[string]string{}
-	for _, p := range paths {
-		out[strings.TrimSuffix(filepath.Base(p), ".sysfs")] = p
-	}
-	return out
-}
+func fixtures(t testing.TB) map[string]string { return testfixture.Captures(t, "..") }
 
 func scan(t testing.TB, name string) *topology.Topology {
 	t.Helper()
@@ -309,24 +297,6 @@ func TestPCILinkClasses(t *testing.T) {
 	assert.True(t, slices.IsSorted([]topology.Link{topology.LinkSelf, topology.LinkPIX, topology.LinkPXB, topology.LinkPHB, topology.LinkNode, topology.LinkSys}))
 }
 
-// countFS counts the questions asked of a file system.
-type countFS struct {
-	fs.ReadLinkFS
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func (c *countFS) count(k string)                 { c.mu.Lock(); c.calls[k]++; c.mu.Unlock() }
-func (c *countFS) Open(n string) (fs.File, error) { c.count("open " + n); return c.ReadLinkFS.Open(n) }
-func (c *countFS) ReadLink(n string) (string, error) {
-	c.count("readlink " + n)
-	return c.ReadLinkFS.ReadLink(n)
-}
-func (c *countFS) Lstat(n string) (fs.FileInfo, error) {
-	c.count("lstat " + n)
-	return c.ReadLinkFS.Lstat(n)
-}
-
 // TestScanReadsOnce: the whole topology (PCI, EFA, host, Neuron class) asks
 // each question of sysfs once.
 func TestScanReadsOnce(t *testing.T) {
@@ -336,10 +306,10 @@ func TestScanReadsOnce(t *testing.T) {
 			t.Parallel()
 			root, err := sysfs.Open(path)
 			require.NoError(t, err)
-			c := &countFS{ReadLinkFS: root, calls: map[string]int{}}
+			c := testfixture.NewCountFS(root)
 			_, err = topology.Scan(c)
 			require.NoError(t, err)
-			for k, n := range c.calls {
+			for k, n := range c.Calls() {
 				assert.Equal(t, 1, n, "%s asked %d times", k, n)
 			}
 		})
