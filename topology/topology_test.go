@@ -174,6 +174,21 @@ func TestHardwareFacts(t *testing.T) {
 		}
 		assert.Empty(t, topo.Notes)
 	})
+	t.Run("trn1n: one EFA per Neuron device, the trn1n table", func(t *testing.T) {
+		topo := scan(t, "trn1n.32xlarge")
+		want := []string{"10:17", "10:1a", "a0:17", "a0:1a", "20:19", "20:18", "90:19", "90:18", "20:17", "20:1a", "90:17", "90:1a", "10:19", "10:18", "a0:19", "a0:18"}
+		ns := topo.Of(topology.KindNeuron)
+		require.Len(t, ns, 16)
+		for _, n := range ns {
+			efas := topo.Closest(n)
+			require.Len(t, efas, 1, n.Name)
+			assert.Equal(t, "0000:"+want[n.NeuronIndex]+".0", efas[0].PCI.Address.String(), n.Name)
+			assert.Equal(t, []string{n.Name}, names(topo.Closest(efas[0])))
+			assert.Equal(t, *n.Groups, *efas[0].Groups)
+		}
+		assert.Len(t, topo.Of(topology.KindEFA), 16)
+		assert.Empty(t, topo.Notes)
+	})
 	t.Run("trn2: one EFA per Neuron device, same switch", func(t *testing.T) {
 		topo := scan(t, "trn2.48xlarge")
 		efaBus := []int{0xc9, 0xb4, 0xb3, 0xca, 0x6c, 0x57, 0x56, 0x6d, 0x98, 0x83, 0x82, 0x99, 0xf5, 0xe0, 0xdf, 0xf6}
