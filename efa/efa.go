@@ -21,6 +21,10 @@ import (
 // VendorAmazon is Amazon's PCI vendor ID.
 const VendorAmazon = 0x1d0f
 
+// PCIDeviceName is pci.ids's name of every EFA generation, the string AWS's
+// EFA DeviceClass selects on.
+const PCIDeviceName = "Elastic Fabric Adapter (EFA)"
+
 // Generation is the EFA generation, from the PCI device ID: 0xefa0 is efa0
 // (p4d), 0xefa1 efa1 (p5, trn1), 0xefa2 efa2 (p5en), 0xefa3 efa3.
 type Generation uint16

@@ -32,6 +32,7 @@ func TestGoldenOutput(t *testing.T) {
 			{".topo.txt", []string{"topo", "--sysfs", p}},
 			{".topo.json", []string{"topo", "--sysfs", p, "-o", "json"}},
 			{".list.json", []string{"list", "--sysfs", p, "-o", "json"}},
+			{".slices.yaml", []string{"slices", "--sysfs", p, "--node", "node-1"}},
 		} {
 			t.Run(name+tc.suffix, func(t *testing.T) {
 				code, out, errOut := runCLI(tc.args...)

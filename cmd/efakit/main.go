@@ -3,6 +3,8 @@
 //
 //	efakit list [--sysfs PATH] [-o table|json|yaml]
 //	efakit topo [--sysfs PATH] [-o matrix|json]
+//	efakit slices [--sysfs PATH] --node NAME [-o json|yaml]
+//	efakit deviceclasses [-o json|yaml]
 //	efakit snapshot [--sysfs PATH] -o FILE
 //	efakit version
 package main
@@ -25,6 +27,8 @@ const usage = `usage: efakit <command> [flags]
 commands:
   list       the EFA devices (--sysfs PATH, -o table|json|yaml)
   topo       GPUs, Neuron devices and EFAs: link matrix, affinity, device groups (--sysfs PATH, -o matrix|json)
+  slices         the ResourceSlices the DRA plugin publishes (--sysfs PATH, --node NAME, -o json|yaml)
+  deviceclasses  the DeviceClasses the project ships (-o json|yaml)
   snapshot   capture what efakit reads from sysfs into a file (--sysfs PATH, -o FILE)
   version    print the version
 
@@ -42,6 +46,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdList(args[1:], stdout, stderr)
 	case "topo":
 		return cmdTopo(args[1:], stdout, stderr)
+	case "slices":
+		return cmdSlices(args[1:], stdout, stderr)
+	case "deviceclasses":
+		return cmdDeviceClasses(args[1:], stdout, stderr)
 	case "snapshot":
 		return cmdSnapshot(args[1:], stdout, stderr)
 	case "version":

@@ -125,3 +125,29 @@ func TestSnapshotCommand(t *testing.T) {
 	code, _, _ = runCLI("snapshot")
 	assert.Equal(t, 2, code)
 }
+
+func TestSlicesAndClassesCommands(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCLI("slices", "--sysfs", "../../testdata/sysfs/p5.48xlarge.sysfs", "--node", "n1", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	var list struct {
+		Kind  string `json:"kind"`
+		Items []struct {
+			Spec struct {
+				Driver  string           `json:"driver"`
+				Devices []map[string]any `json:"devices"`
+			} `json:"spec"`
+		} `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list.Items, 1)
+	assert.Equal(t, "dra.net", list.Items[0].Spec.Driver)
+	assert.Len(t, list.Items[0].Spec.Devices, 32)
+	code, _, _ = runCLI("slices", "--sysfs", "../../testdata/sysfs/p5.48xlarge.sysfs", "--node", "")
+	assert.Equal(t, 2, code, "a node name is required")
+	code, out, _ = runCLI("deviceclasses", "-o", "yaml")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "name: efa.networking.k8s.aws")
+	code, _, _ = runCLI("deviceclasses", "-o", "xml")
+	assert.Equal(t, 2, code)
+}

@@ -1,0 +1,295 @@
+// Package driver is the Kubernetes DRA side of efakit: the devices and
+// ResourceSlices that publish a machine's EFAs, the DeviceClasses the
+// project ships, and (with the kubelet plugin) their preparation for pods.
+// It adds no hardware knowledge of its own: everything it publishes comes
+// from the topology package.
+package driver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/topology"
+)
+
+// Defaults that make efakit a drop-in for AWS's EFA DRA driver.
+const (
+	DefaultDriverName  = "dra.net"
+	DefaultDeviceClass = "efa.networking.k8s.aws"
+)
+
+// API limits a published device and slice must respect.
+const (
+	MaxAttributesAndCapacities = 32
+	MaxStringLength            = 64
+	MaxDevicesPerSlice         = 128
+)
+
+// Attribute names. Unqualified names are in the driver's own domain
+// (device.attributes["dra.net"].rdma in CEL).
+const (
+	AttrPCIeRoot  = deviceattribute.StandardDeviceAttributePCIeRoot
+	AttrPCIBusID  = deviceattribute.StandardDeviceAttributePCIBusID
+	AttrNUMANode  = deviceattribute.StandardDeviceAttributeNUMANode
+	AttrGroup1    = resourceapi.QualifiedName("resource.aws.com/devicegroup1_id")
+	AttrGroup4    = resourceapi.QualifiedName("resource.aws.com/devicegroup4_id")
+	AttrGroup8    = resourceapi.QualifiedName("resource.aws.com/devicegroup8_id")
+	AttrGroup16   = resourceapi.QualifiedName("resource.aws.com/devicegroup16_id")
+	AttrPCIAddr   = resourceapi.QualifiedName("pciAddress")
+	AttrPCIVendor = resourceapi.QualifiedName("pciVendor")
+	AttrPCIDevice = resourceapi.QualifiedName("pciDevice")
+	AttrPCISubsys = resourceapi.QualifiedName("pciSubsystem")
+	AttrNUMALocal = resourceapi.QualifiedName("numaNode")
+	AttrRDMA      = resourceapi.QualifiedName("rdma")
+	AttrRDMADev   = resourceapi.QualifiedName("rdmaDevice")
+	AttrVirtual   = resourceapi.QualifiedName("virtual")
+	AttrKind      = resourceapi.QualifiedName("kind")
+	AttrGen       = resourceapi.QualifiedName("efaGeneration")
+	AttrRate      = resourceapi.QualifiedName("linkRateGbps")
+	AttrUverbs    = resourceapi.QualifiedName("uverbsDevice")
+	AttrNetdev    = resourceapi.QualifiedName("netdev")
+	AttrAccel     = resourceapi.QualifiedName("accelerators")
+	AttrAccelKind = resourceapi.QualifiedName("acceleratorKind")
+)
+
+// KindEFA is the value of the kind attribute of a single-EFA device; a
+// later kind (an EFA group) gets its own value, so classes can tell them
+// apart.
+const KindEFA = "efa"
+
+// Config says how devices are named and published.
+type Config struct {
+	DriverName string // DefaultDriverName when empty
+	NodeName   string // the pool's name and the slices' node
+	// NUMAList publishes numaNode in list form (the cluster's
+	// DRAListTypeAttributes gate); scalar otherwise.
+	NUMAList bool
+}
+
+func (c Config) driverName() string {
+	if c.DriverName == "" {
+		return DefaultDriverName
+	}
+	return c.DriverName
+}
+
+// DeviceName is an EFA's device name: derived from its PCI address, so it is
+// stable across reboots, and a DNS label ("efa-0000-4f-00-0").
+func DeviceName(a pcie.Address) string {
+	return "efa-" + strings.NewReplacer(":", "-", ".", "-").Replace(a.String())
+}
+
+func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+func num(n int64) resourceapi.DeviceAttribute  { return resourceapi.DeviceAttribute{IntValue: &n} }
+func flag(b bool) resourceapi.DeviceAttribute  { return resourceapi.DeviceAttribute{BoolValue: &b} }
+
+// EFADevice is the published device of one EFA of the topology.
+func EFADevice(t *topology.Topology, d *topology.Device, names *pcie.Names, cfg Config) (resourceapi.Device, error) {
+	if d.Kind != topology.KindEFA || d.EFA == nil {
+		return resourceapi.Device{}, fmt.Errorf("%s is not an EFA", d.Name)
+	}
+	std, _ := t.StandardAttributes(d)
+	p := d.PCI
+	vendor := names.Vendor(p.Vendor)
+	if vendor == "" {
+		vendor = fmt.Sprintf("%04x", p.Vendor)
+	}
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		AttrPCIeRoot:  str(std.PCIeRoot),
+		AttrPCIBusID:  str(std.PCIBusID),
+		AttrPCIAddr:   str(std.PCIBusID),
+		AttrPCIVendor: str(vendor),
+		// The string AWS's DeviceClass selects on, whatever the local
+		// pci.ids calls the function.
+		AttrPCIDevice: str(efa.PCIDeviceName),
+		AttrPCISubsys: str(fmt.Sprintf("%04x", p.SubsystemDevice)),
+		AttrRDMA:      flag(true),
+		AttrRDMADev:   str(d.Name),
+		AttrVirtual:   flag(false),
+		AttrKind:      str(KindEFA),
+		AttrGen:       str(d.EFA.Generation.String()),
+	}
+	if std.NUMANode != nil {
+		attrs[AttrNUMALocal] = num(int64(*std.NUMANode))
+		if cfg.NUMAList {
+			vals := make([]int64, len(std.NUMANodes))
+			for i, n := range std.NUMANodes {
+				vals[i] = int64(n)
+			}
+			attrs[AttrNUMANode] = resourceapi.DeviceAttribute{IntValues: vals}
+		} else {
+			attrs[AttrNUMANode] = num(int64(*std.NUMANode))
+		}
+	}
+	if g := d.Groups; g != nil {
+		attrs[AttrGroup1] = str(g.Group1)
+		attrs[AttrGroup4] = str(g.Group4)
+		attrs[AttrGroup8] = str(g.Group8)
+		attrs[AttrGroup16] = str(g.Group16)
+	}
+	if len(d.EFA.Ports) > 0 {
+		attrs[AttrRate] = num(int64(d.EFA.Ports[0].RateGbps))
+	}
+	if d.EFA.Verbs != nil {
+		attrs[AttrUverbs] = str(d.EFA.Verbs.Name)
+	}
+	if d.EFA.Netdev != "" {
+		attrs[AttrNetdev] = str(d.EFA.Netdev)
+	}
+	var acc []string
+	kinds := map[string]bool{}
+	for _, a := range t.Closest(d) {
+		if a.PCI != nil {
+			acc = append(acc, a.PCI.Address.String())
+			kinds[a.Kind.String()] = true
+		}
+	}
+	// A list of addresses past 64 characters (more than four) says less
+	// than pcieRoot already does; it is left out rather than cut.
+	if s := strings.Join(acc, ","); s != "" && len(s) <= MaxStringLength {
+		attrs[AttrAccel] = str(s)
+	}
+	if len(kinds) == 1 {
+		for k := range kinds {
+			attrs[AttrAccelKind] = str(k)
+		}
+	}
+	dev := resourceapi.Device{Name: DeviceName(p.Address), Attributes: attrs}
+	return dev, CheckDevice(dev)
+}
+
+// CheckDevice checks a device against the API's limits: a DNS-label name,
+// valid attribute names, at most 32 attributes and capacities, strings of
+// at most 64 characters.
+func CheckDevice(d resourceapi.Device) error {
+	var errs []string
+	if msgs := validation.IsDNS1123Label(d.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Sprintf("name %q: %s", d.Name, strings.Join(msgs, "; ")))
+	}
+	if n := len(d.Attributes) + len(d.Capacity); n > MaxAttributesAndCapacities {
+		errs = append(errs, fmt.Sprintf("%d attributes and capacities, at most %d", n, MaxAttributesAndCapacities))
+	}
+	for name, a := range d.Attributes {
+		domain, id, qualified := strings.Cut(string(name), "/")
+		if !qualified {
+			id, domain = domain, ""
+		}
+		if domain != "" {
+			if msgs := validation.IsDNS1123Subdomain(domain); len(msgs) > 0 {
+				errs = append(errs, fmt.Sprintf("attribute %s: domain: %s", name, strings.Join(msgs, "; ")))
+			}
+		}
+		if msgs := validation.IsCIdentifier(id); len(msgs) > 0 || len(id) > 32 {
+			errs = append(errs, fmt.Sprintf("attribute %s: not a C identifier of at most 32 characters", name))
+		}
+		set := 0
+		for _, ok := range []bool{a.IntValue != nil, a.BoolValue != nil, a.StringValue != nil, a.VersionValue != nil, a.IntValues != nil, a.BoolValues != nil, a.StringValues != nil, a.VersionValues != nil} {
+			if ok {
+				set++
+			}
+		}
+		if set != 1 {
+			errs = append(errs, fmt.Sprintf("attribute %s: %d values set, want one", name, set))
+		}
+		if a.StringValue != nil && len(*a.StringValue) > MaxStringLength {
+			errs = append(errs, fmt.Sprintf("attribute %s: %d characters, at most %d", name, len(*a.StringValue), MaxStringLength))
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return fmt.Errorf("device %s: %s", d.Name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Resources are the devices of the node's pool, in slices of at most 128,
+// in the form kubeletplugin.Helper.PublishResources takes. The CLI's
+// `efakit slices` turns the same value into ResourceSlice objects.
+func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourceslice.DriverResources, error) {
+	var devs []resourceapi.Device
+	var errs []string
+	for _, d := range t.Of(topology.KindEFA) {
+		dev, err := EFADevice(t, d, names, cfg)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		devs = append(devs, dev)
+	}
+	pool := resourceslice.Pool{}
+	for len(devs) > 0 {
+		n := min(len(devs), MaxDevicesPerSlice)
+		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs[:n]})
+		devs = devs[n:]
+	}
+	if len(pool.Slices) == 0 {
+		// An empty pool says the driver runs and the node has no EFA.
+		pool.Slices = []resourceslice.Slice{{Devices: []resourceapi.Device{}}}
+	}
+	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{cfg.NodeName: pool}}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return res, nil
+}
+
+// Slices turns DriverResources into the ResourceSlice objects the kubelet
+// plugin's controller creates for a node: one pool per node, generation 1,
+// names generated from the slice index, driver and node.
+func Slices(res resourceslice.DriverResources, cfg Config) []*resourceapi.ResourceSlice {
+	var out []*resourceapi.ResourceSlice
+	pools := make([]string, 0, len(res.Pools))
+	for name := range res.Pools {
+		pools = append(pools, name)
+	}
+	slices.Sort(pools)
+	for _, name := range pools {
+		pool := res.Pools[name]
+		gen := pool.Generation
+		if gen == 0 {
+			gen = 1
+		}
+		for i, s := range pool.Slices {
+			node := cfg.NodeName
+			out = append(out, &resourceapi.ResourceSlice{
+				TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+				ObjectMeta: metav1.ObjectMeta{GenerateName: fmt.Sprintf("%x-%s-%s-", i, cfg.driverName(), node)},
+				Spec: resourceapi.ResourceSliceSpec{
+					Driver:   cfg.driverName(),
+					NodeName: &node,
+					Pool:     resourceapi.ResourcePool{Name: name, Generation: gen, ResourceSliceCount: int64(len(pool.Slices))},
+					Devices:  s.Devices,
+				},
+			})
+		}
+	}
+	return out
+}
+
+// DeviceClasses are the classes the project ships: efa.networking.k8s.aws
+// (or className) selects exactly the single EFAs of driverName, with the
+// very expression AWS's class uses.
+func DeviceClasses(driverName, className string) []*resourceapi.DeviceClass {
+	if driverName == "" {
+		driverName = DefaultDriverName
+	}
+	if className == "" {
+		className = DefaultDeviceClass
+	}
+	return []*resourceapi.DeviceClass{{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.driver == %q && device.attributes[%q].pciDevice == %q`, driverName, driverName, efa.PCIDeviceName),
+		}}}},
+	}}
+}

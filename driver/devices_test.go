@@ -1,0 +1,145 @@
+package driver_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/testfixture"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+func TestResourcesOfEveryFixture(t *testing.T) {
+	t.Parallel()
+	for name, path := range testfixture.Captures(t, "..") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.Open(path)
+			require.NoError(t, err)
+			topo, err := topology.Scan(root)
+			require.NoError(t, err)
+			for _, list := range []bool{false, true} {
+				cfg := driver.Config{NodeName: "n", NUMAList: list}
+				res, err := driver.Resources(topo, nil, cfg)
+				require.NoError(t, err)
+				slices := driver.Slices(res, cfg)
+				require.NotEmpty(t, slices, "an empty pool is still published")
+				total := 0
+				for _, s := range slices {
+					assert.LessOrEqual(t, len(s.Spec.Devices), driver.MaxDevicesPerSlice)
+					assert.Equal(t, "n", s.Spec.Pool.Name)
+					assert.Equal(t, int64(len(slices)), s.Spec.Pool.ResourceSliceCount)
+					for _, d := range s.Spec.Devices {
+						require.NoError(t, driver.CheckDevice(d))
+						// Every attribute a shipped class reads is there.
+						assert.Equal(t, "Elastic Fabric Adapter (EFA)", *d.Attributes[driver.AttrPCIDevice].StringValue)
+						assert.True(t, strings.HasPrefix(d.Name, "efa-"))
+						total++
+					}
+				}
+				assert.Equal(t, len(topo.Of(topology.KindEFA)), total)
+			}
+		})
+	}
+}
+
+func TestEFADeviceAttributes(t *testing.T) {
+	t.Parallel()
+	root, err := sysfs.Open("../testdata/sysfs/trn1.32xlarge.sysfs")
+	require.NoError(t, err)
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	a, _ := pcie.ParseAddress("0000:10:19.0")
+	d, err := driver.EFADevice(topo, topo.Lookup(a), nil, driver.Config{NodeName: "n"})
+	require.NoError(t, err)
+	assert.Equal(t, "efa-0000-10-19-0", d.Name)
+	s := func(n resourceapi.QualifiedName) string { return *d.Attributes[n].StringValue }
+	assert.Equal(t, "pci0000:10", s(driver.AttrPCIeRoot))
+	assert.Equal(t, "0000:10:19.0", s(driver.AttrPCIBusID))
+	assert.Equal(t, "0000:10:19.0", s(driver.AttrPCIAddr))
+	assert.Equal(t, "178a9e264a26793e", s(driver.AttrGroup4))
+	assert.Equal(t, "rdmap16s25", s(driver.AttrRDMADev))
+	assert.Equal(t, "efa1", s(driver.AttrPCISubsys))
+	assert.Equal(t, "Amazon.com, Inc.", s(driver.AttrPCIVendor))
+	assert.Equal(t, "0000:10:1c.0,0000:10:1d.0", s(driver.AttrAccel))
+	assert.True(t, *d.Attributes[driver.AttrRDMA].BoolValue)
+	assert.False(t, *d.Attributes[driver.AttrVirtual].BoolValue)
+	assert.Equal(t, int64(0), *d.Attributes[driver.AttrNUMANode].IntValue)
+
+	// No NUMA: neither numaNode is published.
+	g5, err := sysfs.Open("../testdata/sysfs/g5.8xlarge.sysfs")
+	require.NoError(t, err)
+	topo, err = topology.Scan(g5)
+	require.NoError(t, err)
+	d, err = driver.EFADevice(topo, topo.ByName("efa_0"), nil, driver.Config{})
+	require.NoError(t, err)
+	assert.NotContains(t, d.Attributes, driver.AttrNUMANode)
+	assert.NotContains(t, d.Attributes, driver.AttrNUMALocal)
+	assert.NotContains(t, d.Attributes, driver.AttrGroup1, "no device groups off Trainium")
+}
+
+func TestCheckDeviceLimits(t *testing.T) {
+	t.Parallel()
+	v := "x"
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	for i := range driver.MaxAttributesAndCapacities {
+		attrs[resourceapi.QualifiedName(fmt.Sprintf("a%d", i))] = resourceapi.DeviceAttribute{StringValue: &v}
+	}
+	assert.NoError(t, driver.CheckDevice(resourceapi.Device{Name: "ok", Attributes: attrs}))
+	attrs["one_more"] = resourceapi.DeviceAttribute{StringValue: &v}
+	assert.ErrorContains(t, driver.CheckDevice(resourceapi.Device{Name: "ok", Attributes: attrs}), "33 attributes")
+
+	long := strings.Repeat("x", 65)
+	for _, tc := range []struct {
+		d    resourceapi.Device
+		want string
+	}{
+		{resourceapi.Device{Name: "Bad_Name"}, "name"},
+		{resourceapi.Device{Name: "ok", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"s": {StringValue: &long}}}, "65 characters"},
+		{resourceapi.Device{Name: "ok", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"bad-id": {StringValue: &v}}}, "C identifier"},
+		{resourceapi.Device{Name: "ok", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"Bad_Domain/x": {StringValue: &v}}}, "domain"},
+		{resourceapi.Device{Name: "ok", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"none": {}}}, "0 values"},
+	} {
+		assert.ErrorContains(t, driver.CheckDevice(tc.d), tc.want)
+	}
+}
+
+// TestSlicesSplit: past 128 devices the pool takes a second slice.
+func TestSlicesSplit(t *testing.T) {
+	t.Parallel()
+	b := fakesys.New()
+	for i := range 130 {
+		addr := fmt.Sprintf("0000:%02x:%02x.0", 0x10+i/32, i%32)
+		b.AddPCI(fakesys.PCI{Addr: addr, Vendor: 0x1d0f, Device: 0xefa1, Class: 0x020000, Driver: "efa", NUMA: -1, CPUs: "0"})
+		b.AddEFA(fakesys.EFA{Addr: addr, IBName: fmt.Sprintf("efa_%d", i), Rate: "100 Gb/sec (4X EDR)", NodeGUID: "0000:0000:0000:0000"})
+	}
+	topo, err := topology.Scan(b.FS())
+	require.NoError(t, err)
+	cfg := driver.Config{NodeName: "n"}
+	res, err := driver.Resources(topo, nil, cfg)
+	require.NoError(t, err)
+	slices := driver.Slices(res, cfg)
+	require.Len(t, slices, 2)
+	assert.Len(t, slices[0].Spec.Devices, 128)
+	assert.Len(t, slices[1].Spec.Devices, 2)
+	assert.Equal(t, "0-dra.net-n-", slices[0].GenerateName)
+	assert.Equal(t, "1-dra.net-n-", slices[1].GenerateName)
+}
+
+func TestDeviceClasses(t *testing.T) {
+	t.Parallel()
+	c := driver.DeviceClasses("", "")
+	require.Len(t, c, 1)
+	assert.Equal(t, awsEFAClass.Name, c[0].Name)
+	assert.Equal(t, awsEFAClass.Spec.Selectors[0].CEL.Expression, c[0].Spec.Selectors[0].CEL.Expression)
+	o := driver.DeviceClasses("efa.example.com", "efa.example.com")
+	assert.Contains(t, o[0].Spec.Selectors[0].CEL.Expression, `device.attributes["efa.example.com"]`)
+}
