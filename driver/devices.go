@@ -218,6 +218,12 @@ func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourcesli
 	var devs []resourceapi.Device
 	var errs []string
 	for _, d := range t.Of(topology.KindEFA) {
+		if d.EFA.Verbs == nil {
+			// Nothing to give a container: not published until the
+			// uverbs device appears (ib_uverbs loaded).
+			errs = append(errs, fmt.Sprintf("efa %s: no uverbs device: not published", d.Name))
+			continue
+		}
 		dev, err := EFADevice(t, d, names, cfg)
 		if err != nil {
 			errs = append(errs, err.Error())

@@ -1,0 +1,389 @@
+// Package cdi writes the Container Device Interface (CDI) specs through
+// which a container runtime gives a pod the EFAs of a prepared
+// ResourceClaim: one spec file per claim, holding one CDI device per request
+// of the claim. The runtime (containerd, CRI-O) reads the spec directory
+// itself; the kubelet only passes it the device IDs that Write returns.
+package cdi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Class is the CDI device class of every spec the Writer writes: the kind
+// is "<driver name>/efa", so a device ID reads "dra.net/efa=<uid>-<request>".
+const Class = "efa"
+
+// MaxClaimUIDLength bounds a claim UID. Kubernetes UIDs are 36-character
+// UUIDs; 64 leaves room without letting the API make long file names.
+const MaxClaimUIDLength = 64
+
+// maxRDMANameLength is the kernel's IB_DEVICE_NAME_MAX: no RDMA device name
+// is longer.
+const maxRDMANameLength = 64
+
+// Environment variables of every CDI device. libfabric's EFA provider
+// opens only the devices FI_EFA_IFACE names, so a pod uses its own EFAs even
+// where the runtime exposes more (privileged pods see all of /dev).
+const (
+	EnvProvider = "FI_PROVIDER"
+	EnvIface    = "FI_EFA_IFACE"
+)
+
+// uverbsDir is where the container sees uverbs character devices; the
+// same path as on the host, where the kernel's devtmpfs puts them.
+const uverbsDir = "/dev/infiniband/"
+
+// Device is one EFA of a request, as the container sees it.
+type Device struct {
+	// Name is the RDMA device name (rdmap79s0, or efa_0 without rdma-core's
+	// udev rename), listed in FI_EFA_IFACE.
+	Name string
+	// Uverbs is the uverbs character device's name (uverbs3), made
+	// /dev/infiniband/uverbs3 in the container.
+	Uverbs string
+	// Major and Minor are the character device's number, from sysfs.
+	Major, Minor uint32
+}
+
+// Writer writes, reads back and removes the CDI specs of claims in one spec
+// directory. It holds no state besides its configuration, so it is safe for
+// concurrent use; two concurrent Writes of the same claim leave one of the
+// two specs, whole.
+type Writer struct {
+	dir    string
+	vendor string
+}
+
+// NewWriter returns a Writer of specs in dir (the runtime's CDI directory,
+// /var/run/cdi) whose vendor is the DRA driver name. dir must be absolute,
+// so that the file a runtime reads does not depend on the plugin's working
+// directory, and the driver name must be a valid CDI vendor name.
+func NewWriter(dir, driverName string) (*Writer, error) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("cdi: spec directory %q is not an absolute path", dir)
+	}
+	if err := parser.ValidateVendorName(driverName); err != nil {
+		return nil, fmt.Errorf("cdi: driver name %q is not a CDI vendor name: %w", driverName, err)
+	}
+	if err := parser.ValidateClassName(Class); err != nil {
+		return nil, fmt.Errorf("cdi: class %q: %w", Class, err)
+	}
+	return &Writer{dir: filepath.Clean(dir), vendor: driverName}, nil
+}
+
+// Dir is the spec directory.
+func (w *Writer) Dir() string { return w.dir }
+
+// Kind is the CDI kind of the Writer's specs, "<driver name>/efa".
+func (w *Writer) Kind() string { return w.vendor + "/" + Class }
+
+// ValidateClaimUID checks that a claim UID can name a file: 1 to
+// MaxClaimUIDLength characters out of [A-Za-z0-9-]. The UID comes from the
+// API server and becomes part of a path under the spec directory, so
+// nothing else (no '/', '.', NUL or space) may pass.
+func ValidateClaimUID(uid string) error {
+	if uid == "" {
+		return errors.New("cdi: empty claim UID")
+	}
+	if len(uid) > MaxClaimUIDLength {
+		// Not quoted whole: it came from the API and may be huge.
+		return fmt.Errorf("cdi: claim UID of %d bytes, more than %d", len(uid), MaxClaimUIDLength)
+	}
+	for i := 0; i < len(uid); i++ {
+		c := uid[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+			return fmt.Errorf("cdi: claim UID %q: invalid character %q at %d", uid, c, i)
+		}
+	}
+	return nil
+}
+
+// SpecPath is the path of a claim's spec file, after checking the claim
+// UID: "<dir>/<driver name>-efa_<claim UID>.json", the CDI library's
+// transient spec name, since the spec lives as long as the claim is
+// prepared. It depends on the claim UID alone, so Remove finds the file
+// after a restart even without a checkpoint.
+func (w *Writer) SpecPath(claimUID string) (string, error) {
+	if err := ValidateClaimUID(claimUID); err != nil {
+		return "", err
+	}
+	name := cdiapi.GenerateTransientSpecName(w.vendor, Class, claimUID) + ".json"
+	return filepath.Join(w.dir, name), nil
+}
+
+// DeviceName is the CDI device name of a request of a claim,
+// "<claim UID>-<request>", unqualified.
+func DeviceName(claimUID, request string) string { return claimUID + "-" + request }
+
+// Write writes the claim's spec, replacing any earlier one: one CDI device
+// per request, "<claim UID>-<request>", whose edits add one character
+// device per EFA (in the order given) and set FI_PROVIDER=efa and
+// FI_EFA_IFACE to the request's RDMA names, comma-separated, in the same
+// order. It returns each request's fully qualified CDI device ID
+// ("dra.net/efa=<uid>-<request>"), the string the kubelet hands the
+// runtime.
+//
+// The spec is written to a temporary file in the spec directory (a name the
+// runtime's CDI cache ignores), synced, validated by the CDI library from
+// that file, and renamed over the final name, so the runtime never reads a
+// partial or invalid spec. The directory is created if missing, since a
+// tmpfs /var/run starts empty after a reboot.
+func (w *Writer) Write(claimUID string, requests map[string][]Device) (map[string]string, error) {
+	path, err := w.SpecPath(claimUID)
+	if err != nil {
+		return nil, err
+	}
+	spec, ids, err := w.spec(claimUID, requests)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("cdi: claim %s: encoding spec: %w", claimUID, err)
+	}
+	err = writeAtomic(path, data, func(tmp string) error {
+		// The library's own check of the very bytes the runtime will read:
+		// names, version against content, edits.
+		got, err := cdiapi.ReadSpec(tmp, 0)
+		if err != nil {
+			return err
+		}
+		if got.GetVendor() != w.vendor || got.GetClass() != Class {
+			return fmt.Errorf("kind %q read back, want %q", got.Kind, w.Kind())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cdi: claim %s: writing spec %s: %w", claimUID, path, err)
+	}
+	return ids, nil
+}
+
+// spec builds the claim's spec and the requests' device IDs.
+func (w *Writer) spec(claimUID string, requests map[string][]Device) (*specs.Spec, map[string]string, error) {
+	if len(requests) == 0 {
+		return nil, nil, fmt.Errorf("cdi: claim %s: no requests", claimUID)
+	}
+	// Sorted, so that the same claim always gives the same file.
+	names := make([]string, 0, len(requests))
+	for r := range requests {
+		names = append(names, r)
+	}
+	slices.Sort(names)
+
+	spec := &specs.Spec{Kind: w.Kind(), Devices: make([]specs.Device, 0, len(names))}
+	ids := make(map[string]string, len(names))
+	for _, req := range names {
+		dev, err := cdiDevice(claimUID, req, requests[req])
+		if err != nil {
+			return nil, nil, err
+		}
+		spec.Devices = append(spec.Devices, dev)
+		ids[req] = parser.QualifiedName(w.vendor, Class, dev.Name)
+	}
+	// The oldest version that can express the spec, so the oldest runtime
+	// that can run it accepts it: 0.3.0, or 0.5.0 when the UID (and so a
+	// device name) starts with a digit.
+	v, err := specs.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cdi: claim %s: spec version: %w", claimUID, err)
+	}
+	spec.Version = v
+	return spec, ids, nil
+}
+
+// cdiDevice is the CDI device of one request.
+func cdiDevice(claimUID, req string, devs []Device) (specs.Device, error) {
+	name := DeviceName(claimUID, req)
+	if err := parser.ValidateDeviceName(name); err != nil {
+		return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q does not make a CDI device name: %w", claimUID, req, err)
+	}
+	if len(devs) == 0 {
+		return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q has no EFAs", claimUID, req)
+	}
+	nodes := make([]*specs.DeviceNode, 0, len(devs))
+	ifaces := make([]string, 0, len(devs))
+	for i, d := range devs {
+		if err := checkDevice(d); err != nil {
+			return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q: EFA %d: %w", claimUID, req, i, err)
+		}
+		for _, prev := range devs[:i] {
+			// Two device nodes at one path would be one in the container,
+			// and FI_EFA_IFACE would name the EFA twice: a caller's bug.
+			if prev.Uverbs == d.Uverbs || prev.Name == d.Name {
+				return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q: EFA %s (%s) given twice", claimUID, req, d.Name, d.Uverbs)
+			}
+		}
+		nodes = append(nodes, &specs.DeviceNode{
+			Path:  uverbsDir + d.Uverbs,
+			Type:  "c",
+			Major: int64(d.Major),
+			Minor: int64(d.Minor),
+			// Read and write, not mknod: the runtime makes the node.
+			Permissions: "rw",
+		})
+		ifaces = append(ifaces, d.Name)
+	}
+	return specs.Device{
+		Name: name,
+		ContainerEdits: specs.ContainerEdits{
+			Env: []string{
+				EnvProvider + "=efa",
+				EnvIface + "=" + strings.Join(ifaces, ","),
+			},
+			DeviceNodes: nodes,
+		},
+	}, nil
+}
+
+// checkDevice checks that an EFA's names can go into a path and into
+// FI_EFA_IFACE unchanged.
+func checkDevice(d Device) error {
+	n, ok := strings.CutPrefix(d.Uverbs, "uverbs")
+	if !ok || n == "" || strings.TrimLeft(n, "0123456789") != "" {
+		// The kernel names every uverbs device uverbsN; anything else
+		// could steer the device node's path.
+		return fmt.Errorf("uverbs device %q is not uverbsN", d.Uverbs)
+	}
+	if _, err := strconv.ParseUint(n, 10, 32); err != nil {
+		return fmt.Errorf("uverbs device %q: %w", d.Uverbs, err)
+	}
+	if d.Name == "" || len(d.Name) > maxRDMANameLength {
+		return fmt.Errorf("RDMA device name %q: empty or longer than %d", d.Name, maxRDMANameLength)
+	}
+	for i := 0; i < len(d.Name); i++ {
+		// A comma would split FI_EFA_IFACE; blanks and control bytes
+		// are no RDMA name the kernel makes.
+		if c := d.Name[i]; c == ',' || c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("RDMA device name %q: invalid character %q", d.Name, c)
+		}
+	}
+	return nil
+}
+
+// Remove deletes the claim's spec. A missing spec is no error, so that
+// Unprepare can be retried and can run after a reboot wiped the directory.
+func (w *Writer) Remove(claimUID string) error {
+	path, err := w.SpecPath(claimUID)
+	if err != nil {
+		return err
+	}
+	// The directory is not synced: a removal lost to a crash leaves a
+	// spec no pod refers to, which the next Remove deletes.
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("cdi: claim %s: removing spec: %w", claimUID, err)
+	}
+	return nil
+}
+
+// Exists reports whether the claim's spec file is in the spec directory.
+// After a restart the plugin uses it to write again the specs of
+// checkpointed claims that a tmpfs wipe lost.
+func (w *Writer) Exists(claimUID string) (bool, error) {
+	path, err := w.SpecPath(claimUID)
+	if err != nil {
+		return false, err
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("cdi: claim %s: %w", claimUID, err)
+	case !fi.Mode().IsRegular():
+		return false, fmt.Errorf("cdi: claim %s: spec %s is not a regular file (%s)", claimUID, path, fi.Mode().Type())
+	}
+	return true, nil
+}
+
+// Load reads the claim's spec back and validates it with the CDI library,
+// as a runtime would: a parse with unknown fields refused, names, version
+// against content, device edits; and its kind must be the Writer's. A
+// missing spec gives an error that wraps fs.ErrNotExist.
+func (w *Writer) Load(claimUID string) (*specs.Spec, error) {
+	path, err := w.SpecPath(claimUID)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := cdiapi.ReadSpec(path, 0)
+	if err != nil {
+		// The library's error names the file.
+		return nil, fmt.Errorf("cdi: claim %s: loading spec: %w", claimUID, err)
+	}
+	if spec.GetVendor() != w.vendor || spec.GetClass() != Class {
+		return nil, fmt.Errorf("cdi: claim %s: spec %s has kind %q, want %q", claimUID, path, spec.Kind, w.Kind())
+	}
+	return spec.Spec, nil
+}
+
+// writeAtomic replaces path with data: a temporary file in the same
+// directory, written, synced, checked by check, renamed over path, and the
+// directory synced so the rename survives a crash. The temporary file's name
+// starts with a dot and ends in ".tmp": CDI caches read only *.json and
+// *.yaml, so a runtime never sees it. It is removed on any error.
+func writeAtomic(path string, data []byte, check func(tmp string) error) (err error) {
+	dir, name := filepath.Split(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	// CreateTemp makes 0600; specs hold no secret, and tools run by
+	// users (cdi list, podman) read them.
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := check(tmp); err != nil {
+		return fmt.Errorf("invalid spec: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,385 @@
+// Package checkpoint is the kubelet plugin's record of prepared claims, kept
+// in its data directory (/var/lib/kubelet/plugins/<driver>/checkpoint.json)
+// so that a restarted plugin knows what it prepared: Unprepare after a
+// restart finds the claim's devices, and Prepare of a claim already prepared
+// returns the same CDI devices.
+//
+// The file is written atomically and carries a checksum, and a damaged file
+// never stops the plugin: Load moves it aside and starts empty, since the
+// kubelet prepares again any claim the plugin does not know.
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Version is the version of the file format that Save writes and Load
+// reads. Another version in a file is treated as damage.
+const Version = 1
+
+// FileName is the checkpoint's name in the data directory.
+const FileName = "checkpoint.json"
+
+// CorruptSuffix is appended to FileName to make the name a damaged
+// checkpoint is moved to, "checkpoint.json.corrupt". There is one such
+// file, the last damaged checkpoint: its disk use is bounded, and the next
+// Save writes a good checkpoint, so a damaged file is moved at most once.
+const CorruptSuffix = ".corrupt"
+
+// MaxSize bounds the checkpoint file Load reads. A node holds at most a
+// few hundred claims of a few kilobytes each; anything larger is damage,
+// not something to read into memory.
+const MaxSize = 16 << 20
+
+// ErrCorrupt is wrapped by Load's error when the checkpoint was damaged
+// (not JSON, truncated, checksum mismatch, unknown version, inconsistent
+// content) and has been moved aside.
+var ErrCorrupt = errors.New("corrupt checkpoint")
+
+// PreparedDevice is one device of a prepared claim.
+type PreparedDevice struct {
+	Request string `json:"request"` // the claim's request the device was allocated for
+	Pool    string `json:"pool"`
+	// Device is the published device name, efa-0000-4f-00-0.
+	Device     string `json:"device"`
+	RDMAName   string `json:"rdmaName"`   // rdmap79s0
+	Uverbs     string `json:"uverbs"`     // uverbs3
+	PCIAddress string `json:"pciAddress"` // 0000:4f:00.0
+	Major      uint32 `json:"major"`      // of the uverbs character device
+	Minor      uint32 `json:"minor"`
+}
+
+// Claim is one prepared claim.
+type Claim struct {
+	UID       string           `json:"uid"`
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	Devices   []PreparedDevice `json:"devices"`
+	// CDIDeviceIDs maps each request to its fully qualified CDI device ID.
+	CDIDeviceIDs map[string]string `json:"cdiDeviceIDs"`
+}
+
+// State is the checkpoint's content.
+type State struct {
+	// Version is the format version; Save writes Version whatever it holds.
+	Version int `json:"version"`
+	// BootID is the kernel boot ID the claims were prepared under.
+	BootID string `json:"bootID"`
+	// Claims are the prepared claims by UID.
+	Claims map[string]Claim `json:"claims"`
+
+	// Dropped are the claims, by UID, of a checkpoint written before the
+	// node rebooted, which Load left out of Claims: the kubelet prepares
+	// them again. The plugin may want to log them and remove their CDI
+	// specs if its CDI directory outlives a reboot. Never saved.
+	Dropped []Claim `json:"-"`
+}
+
+// file is the checkpoint file: the state and a checksum of it.
+type file struct {
+	Version int `json:"version"`
+	// Checksum is the hex SHA-256 of the canonical JSON of Data:
+	// json.Marshal of the decoded State, so that reformatting the file
+	// (jq) keeps it valid but any change of content does not.
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// Store reads and writes the checkpoint of one data directory. It is safe
+// for concurrent use: Load and Save are serialized, so the file is always
+// one whole State. The State passed to Save must not change during the call.
+type Store struct {
+	mu   sync.Mutex
+	dir  string
+	path string
+}
+
+// NewStore returns the Store of the checkpoint in dir, dir/checkpoint.json.
+// It touches no file.
+func NewStore(dir string) *Store {
+	return &Store{dir: dir, path: filepath.Join(dir, FileName)}
+}
+
+// Path is the checkpoint file's path.
+func (s *Store) Path() string { return s.path }
+
+// Load reads the checkpoint.
+//
+// A missing file gives an empty State and no error. If the checkpoint was
+// written under another boot ID than bootID (the node rebooted), its claims
+// are left out and listed in Dropped, since the kubelet prepares again after
+// a reboot. The returned State always has Version, bootID and a non-nil
+// Claims, ready for Save; Load writes nothing itself.
+//
+// A damaged file must not make the plugin crash-loop: Load moves it to
+// FileName+CorruptSuffix and returns an empty State together with an error
+// that wraps ErrCorrupt and says what was wrong and where the file went.
+// The caller logs it and goes on. Any other error (the file cannot be
+// read) comes with a nil State.
+func (s *Store) Load(bootID string) (*State, error) {
+	if bootID == "" {
+		return nil, errors.New("checkpoint: load with an empty boot ID")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	empty := &State{Version: Version, BootID: bootID, Claims: map[string]Claim{}}
+	data, err := readBounded(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return empty, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", s.path, err)
+	}
+	st, err := decode(data)
+	if err != nil {
+		aside := s.path + CorruptSuffix
+		if rerr := os.Rename(s.path, aside); rerr != nil {
+			return empty, fmt.Errorf("%w %s: %w; moving it aside: %w", ErrCorrupt, s.path, err, rerr)
+		}
+		return empty, fmt.Errorf("%w %s: %w; moved to %s", ErrCorrupt, s.path, err, aside)
+	}
+	if st.BootID != bootID {
+		for _, uid := range sortedKeys(st.Claims) {
+			empty.Dropped = append(empty.Dropped, st.Claims[uid])
+		}
+		return empty, nil
+	}
+	return st, nil
+}
+
+// readBounded reads a file, but no more than MaxSize+1 bytes: enough for
+// decode to tell a file that is too large.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxSize+1))
+}
+
+// decode parses and checks a checkpoint file.
+func decode(data []byte) (*State, error) {
+	switch {
+	case len(data) == 0:
+		// Written by something else than Save, which never leaves an
+		// empty file, even on a crash.
+		return nil, errors.New("empty file")
+	case len(data) > MaxSize:
+		return nil, fmt.Errorf("larger than %d bytes", MaxSize)
+	}
+	var f file
+	if err := strictUnmarshal(data, &f); err != nil {
+		return nil, err
+	}
+	if f.Version != Version {
+		return nil, fmt.Errorf("version %d, want %d", f.Version, Version)
+	}
+	if len(f.Data) == 0 || bytes.Equal(f.Data, []byte("null")) {
+		return nil, errors.New("no data")
+	}
+	st := &State{}
+	if err := strictUnmarshal(f.Data, st); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	canon, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if sum := checksum(canon); sum != f.Checksum {
+		return nil, fmt.Errorf("checksum %q, content has %q", f.Checksum, sum)
+	}
+	if err := st.check(); err != nil {
+		return nil, err
+	}
+	if st.Claims == nil {
+		st.Claims = map[string]Claim{}
+	}
+	return st, nil
+}
+
+// strictUnmarshal decodes one JSON value with no unknown field and
+// nothing after it.
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+// check is what Save refuses to write and Load to read: a version other
+// than Version, no boot ID, or a claim under another UID than its own.
+func (st *State) check() error {
+	if st.Version != Version {
+		return fmt.Errorf("state version %d, want %d", st.Version, Version)
+	}
+	if st.BootID == "" {
+		return errors.New("no boot ID")
+	}
+	for uid, c := range st.Claims {
+		if uid == "" || c.UID != uid {
+			return fmt.Errorf("claim %q recorded under UID %q", c.UID, uid)
+		}
+	}
+	return nil
+}
+
+// checksum is the hex SHA-256 of data.
+func checksum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// Save writes st as the checkpoint, replacing the previous one atomically:
+// a temporary file in the data directory, written, synced, renamed over
+// the checkpoint, and the directory synced, so a crash at any point leaves
+// the old or the new checkpoint, whole. The file records Version whatever
+// st.Version holds; st must have a boot ID and each claim under its UID.
+// Save does not change st. Concurrent Saves are written in the order they
+// take the Store's lock, so a caller that saves under its own lock never
+// sees an older state overwrite a newer one.
+func (s *Store) Save(st *State) error {
+	if st == nil {
+		return fmt.Errorf("checkpoint %s: save of a nil state", s.path)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	c := *st
+	c.Version = Version
+	if err := c.check(); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", s.path, err)
+	}
+	data, err := json.Marshal(&c)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", s.path, err)
+	}
+	out, err := json.MarshalIndent(file{Version: Version, Checksum: checksum(data), Data: data}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", s.path, err)
+	}
+	out = append(out, '\n')
+	if err := writeAtomic(s.dir, FileName, out); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// writeAtomic replaces dir/name with data. The temporary file is removed
+// on any error.
+func writeAtomic(dir, name string, data []byte) (err error) {
+	// 0700: the checkpoint names the pods of the node; only the plugin
+	// (root) reads it. MkdirAll leaves an existing directory alone.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// sortedKeys are a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// bootIDFile is the kernel's boot ID under the proc root.
+const bootIDFile = "sys/kernel/random/boot_id"
+
+// ReadBootID reads the kernel's boot ID, a random UUID made at each boot,
+// from <procRoot>/sys/kernel/random/boot_id (procRoot is "/proc" on a live
+// node). It checks that the content is a UUID and returns it in lower case.
+func ReadBootID(procRoot string) (string, error) {
+	path := filepath.Join(procRoot, bootIDFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("boot ID: %w", err)
+	}
+	defer f.Close()
+	// A UUID and a newline; more is not a boot ID.
+	data, err := io.ReadAll(io.LimitReader(f, 64))
+	if err != nil {
+		return "", fmt.Errorf("boot ID %s: %w", path, err)
+	}
+	id := strings.ToLower(strings.TrimSpace(string(data)))
+	if !isUUID(id) {
+		return "", fmt.Errorf("boot ID %s: %q is not a UUID", path, data)
+	}
+	return id, nil
+}
+
+// isUUID reports whether s is a UUID in lower-case 8-4-4-4-12 form.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,469 @@
+package checkpoint_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/efakit/efakit/driver/checkpoint"
+)
+
+const (
+	boot1 = "0f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+	boot2 = "11111111-2222-4333-8444-555555555555"
+)
+
+// claim is a prepared claim of n EFAs.
+func claim(i, n int) checkpoint.Claim {
+	uid := fmt.Sprintf("6f1c2b9e-1d2a-4c3b-9f8e-%012d", i)
+	c := checkpoint.Claim{
+		UID: uid, Namespace: "ml", Name: fmt.Sprintf("train-%d-efa", i),
+		CDIDeviceIDs: map[string]string{"efa": "dra.net/efa=" + uid + "-efa"},
+	}
+	for j := range n {
+		bus := 0x4f + 0x11*i + j
+		c.Devices = append(c.Devices, checkpoint.PreparedDevice{
+			Request:    "efa",
+			Pool:       "ip-10-0-0-1",
+			Device:     fmt.Sprintf("efa-0000-%02x-00-0", bus),
+			RDMAName:   fmt.Sprintf("rdmap%ds0", bus),
+			Uverbs:     fmt.Sprintf("uverbs%d", 4*i+j),
+			PCIAddress: fmt.Sprintf("0000:%02x:00.0", bus),
+			Major:      231,
+			Minor:      uint32(192 + 4*i + j),
+		})
+	}
+	return c
+}
+
+// state holds n claims of 4 EFAs.
+func state(bootID string, n int) *checkpoint.State {
+	st := &checkpoint.State{Version: checkpoint.Version, BootID: bootID, Claims: map[string]checkpoint.Claim{}}
+	for i := range n {
+		c := claim(i, 4)
+		st.Claims[c.UID] = c
+	}
+	return st
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := checkpoint.NewStore(dir)
+	assert.Equal(t, filepath.Join(dir, "checkpoint.json"), s.Path())
+
+	st := state(boot1, 3)
+	require.NoError(t, s.Save(st))
+	got, err := s.Load(boot1)
+	require.NoError(t, err)
+	assert.Equal(t, st, got)
+	assert.Empty(t, got.Dropped)
+	assert.Equal(t, []string{"checkpoint.json"}, listDir(t, dir))
+
+	// A new Store (a restarted plugin) reads the same.
+	got, err = checkpoint.NewStore(dir).Load(boot1)
+	require.NoError(t, err)
+	assert.Equal(t, st, got)
+
+	// The file format: version, checksum, data.
+	raw, err := os.ReadFile(s.Path())
+	require.NoError(t, err)
+	var f map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &f))
+	assert.Len(t, f, 3)
+	assert.JSONEq(t, "1", string(f["version"]))
+	var sum string
+	require.NoError(t, json.Unmarshal(f["checksum"], &sum))
+	assert.Regexp(t, "^[0-9a-f]{64}$", sum)
+	assert.Contains(t, string(f["data"]), `"bootID": "`+boot1+`"`)
+	info, err := os.Stat(s.Path())
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+}
+
+// TestSaveStampsVersion: Save writes Version whatever st holds, and does
+// not change st.
+func TestSaveStampsVersion(t *testing.T) {
+	t.Parallel()
+	s := checkpoint.NewStore(t.TempDir())
+	st := state(boot1, 1)
+	st.Version = 0
+	require.NoError(t, s.Save(st))
+	assert.Equal(t, 0, st.Version)
+	got, err := s.Load(boot1)
+	require.NoError(t, err)
+	assert.Equal(t, checkpoint.Version, got.Version)
+}
+
+func TestSaveRefuses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := checkpoint.NewStore(dir)
+	assert.Error(t, s.Save(nil))
+	assert.Error(t, s.Save(state("", 1)), "no boot ID")
+	st := state(boot1, 2)
+	c := st.Claims[claim(0, 4).UID]
+	st.Claims["other-uid"] = c
+	assert.Error(t, s.Save(st), "claim under another UID")
+	assert.Empty(t, listDir(t, dir))
+}
+
+func TestMissing(t *testing.T) {
+	t.Parallel()
+	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "not", "there")} {
+		got, err := checkpoint.NewStore(dir).Load(boot1)
+		require.NoError(t, err)
+		assert.Equal(t, &checkpoint.State{Version: checkpoint.Version, BootID: boot1, Claims: map[string]checkpoint.Claim{}}, got)
+	}
+	_, err := checkpoint.NewStore(t.TempDir()).Load("")
+	assert.Error(t, err)
+}
+
+// TestSaveCreatesDir: the plugin's data directory may not exist yet.
+func TestSaveCreatesDir(t *testing.T) {
+	t.Parallel()
+	s := checkpoint.NewStore(filepath.Join(t.TempDir(), "plugins", "dra.net"))
+	require.NoError(t, s.Save(state(boot1, 1)))
+	got, err := s.Load(boot1)
+	require.NoError(t, err)
+	assert.Len(t, got.Claims, 1)
+}
+
+func TestBootIDChange(t *testing.T) {
+	t.Parallel()
+	s := checkpoint.NewStore(t.TempDir())
+	st := state(boot1, 2)
+	require.NoError(t, s.Save(st))
+
+	got, err := s.Load(boot2)
+	require.NoError(t, err)
+	assert.Equal(t, boot2, got.BootID)
+	assert.Empty(t, got.Claims)
+	assert.NotNil(t, got.Claims)
+	require.Len(t, got.Dropped, 2)
+	assert.Equal(t, claim(0, 4), got.Dropped[0])
+	assert.Equal(t, claim(1, 4), got.Dropped[1])
+
+	// Load writes nothing: the old boot's claims are still on disk until
+	// the plugin saves.
+	again, err := s.Load(boot1)
+	require.NoError(t, err)
+	assert.Equal(t, st, again)
+
+	require.NoError(t, s.Save(got))
+	after, err := s.Load(boot2)
+	require.NoError(t, err)
+	assert.Empty(t, after.Claims)
+	assert.Empty(t, after.Dropped)
+}
+
+// good is a valid checkpoint file's bytes.
+func good(t *testing.T) []byte {
+	t.Helper()
+	s := checkpoint.NewStore(t.TempDir())
+	require.NoError(t, s.Save(state(boot1, 2)))
+	data, err := os.ReadFile(s.Path())
+	require.NoError(t, err)
+	return data
+}
+
+// rewrite re-encodes a checkpoint file after edit changes it.
+func rewrite(t *testing.T, data []byte, edit func(f map[string]any)) []byte {
+	t.Helper()
+	var f map[string]any
+	require.NoError(t, json.Unmarshal(data, &f))
+	edit(f)
+	out, err := json.Marshal(f)
+	require.NoError(t, err)
+	return out
+}
+
+func TestCorrupt(t *testing.T) {
+	t.Parallel()
+	g := good(t)
+	cases := map[string][]byte{
+		"empty":             {},
+		"not json":          []byte("not json"),
+		"truncated":         g[:len(g)/2],
+		"null":              []byte("null"),
+		"array":             []byte("[]"),
+		"trailing":          append(append([]byte{}, g...), []byte("{}")...),
+		"checksum mismatch": bytes.Replace(g, []byte(`"namespace": "ml"`), []byte(`"namespace": "mm"`), 1),
+		"unknown version":   rewrite(t, g, func(f map[string]any) { f["version"] = 2 }),
+		"no version":        rewrite(t, g, func(f map[string]any) { delete(f, "version") }),
+		"no data":           rewrite(t, g, func(f map[string]any) { delete(f, "data") }),
+		"unknown field":     rewrite(t, g, func(f map[string]any) { f["extra"] = true }),
+		"bad checksum":      rewrite(t, g, func(f map[string]any) { f["checksum"] = strings.Repeat("0", 64) }),
+	}
+	// Consistent content under a matching checksum is still checked.
+	for name, edit := range map[string]func(d map[string]any){
+		"data version": func(d map[string]any) { d["version"] = 2 },
+		"no boot ID":   func(d map[string]any) { d["bootID"] = "" },
+		"wrong key": func(d map[string]any) {
+			claims := d["claims"].(map[string]any)
+			for k, v := range claims {
+				delete(claims, k)
+				claims["x"+k] = v
+				break
+			}
+		},
+	} {
+		cases[name] = resum(t, g, edit)
+	}
+	require.NotEqual(t, g, cases["checksum mismatch"])
+
+	for name, content := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			s := checkpoint.NewStore(dir)
+			require.NoError(t, os.WriteFile(s.Path(), content, 0o600))
+
+			got, err := s.Load(boot1)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, checkpoint.ErrCorrupt)
+			aside := s.Path() + checkpoint.CorruptSuffix
+			assert.Contains(t, err.Error(), aside)
+			t.Log(err)
+			assert.Equal(t, &checkpoint.State{Version: checkpoint.Version, BootID: boot1, Claims: map[string]checkpoint.Claim{}}, got)
+
+			moved, rerr := os.ReadFile(aside)
+			require.NoError(t, rerr)
+			assert.Equal(t, content, moved, "the damaged file is kept as it was")
+			_, serr := os.Stat(s.Path())
+			assert.True(t, errors.Is(serr, os.ErrNotExist))
+
+			// The plugin goes on: the next Save and Load work.
+			got.Claims[claim(7, 4).UID] = claim(7, 4)
+			require.NoError(t, s.Save(got))
+			again, err := s.Load(boot1)
+			require.NoError(t, err)
+			assert.Equal(t, got, again)
+			assert.ElementsMatch(t, []string{"checkpoint.json", "checkpoint.json.corrupt"}, listDir(t, dir))
+		})
+	}
+}
+
+// resum edits a checkpoint's data and gives it a matching checksum, the
+// canonical JSON's SHA-256.
+func resum(t *testing.T, data []byte, edit func(d map[string]any)) []byte {
+	t.Helper()
+	var f struct {
+		Version  int             `json:"version"`
+		Checksum string          `json:"checksum"`
+		Data     json.RawMessage `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(data, &f))
+	var d map[string]any
+	require.NoError(t, json.Unmarshal(f.Data, &d))
+	edit(d)
+	canon, err := json.Marshal(d)
+	require.NoError(t, err)
+	// Through the Store's own writer, to get the checksum right: decode
+	// the edited data as a State, unchecked, and marshal it back.
+	var st checkpoint.State
+	require.NoError(t, json.Unmarshal(canon, &st))
+	canon, err = json.Marshal(&st)
+	require.NoError(t, err)
+	f.Data = canon
+	f.Checksum = sha256Hex(canon)
+	out, err := json.Marshal(f)
+	require.NoError(t, err)
+	return out
+}
+
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// TestReformattedIsValid: the checksum is over the canonical JSON of the
+// data, so re-indenting the file (jq) keeps it valid.
+func TestReformattedIsValid(t *testing.T) {
+	t.Parallel()
+	g := good(t)
+	var compact bytes.Buffer
+	require.NoError(t, json.Compact(&compact, g))
+	s := checkpoint.NewStore(t.TempDir())
+	require.NoError(t, os.WriteFile(s.Path(), compact.Bytes(), 0o600))
+	got, err := s.Load(boot1)
+	require.NoError(t, err)
+	assert.Equal(t, state(boot1, 2), got)
+}
+
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	s := checkpoint.NewStore(t.TempDir())
+	f, err := os.Create(s.Path())
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(checkpoint.MaxSize+1))
+	require.NoError(t, f.Close())
+	_, err = s.Load(boot1)
+	assert.ErrorIs(t, err, checkpoint.ErrCorrupt)
+}
+
+// TestUnreadable: an error that is not damage (here the checkpoint is a
+// directory) is returned as such, and nothing is moved.
+func TestUnreadable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := checkpoint.NewStore(dir)
+	require.NoError(t, os.Mkdir(s.Path(), 0o700))
+	got, err := s.Load(boot1)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, checkpoint.ErrCorrupt)
+	assert.Nil(t, got)
+	assert.Equal(t, []string{"checkpoint.json"}, listDir(t, dir))
+}
+
+func TestNoTempFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := checkpoint.NewStore(dir)
+	for i := range 5 {
+		require.NoError(t, s.Save(state(boot1, i)))
+	}
+	assert.Equal(t, []string{"checkpoint.json"}, listDir(t, dir))
+}
+
+// TestConcurrentSave: Saves from several goroutines (gRPC calls in
+// parallel) leave one whole checkpoint, one of the states saved.
+func TestConcurrentSave(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := checkpoint.NewStore(dir)
+	const n = 8
+	states := make([]*checkpoint.State, n)
+	for i := range states {
+		states[i] = state(boot1, i+1)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for range 5 {
+				assert.NoError(t, s.Save(states[i]))
+				_, err := s.Load(boot1)
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := s.Load(boot1)
+	require.NoError(t, err)
+	assert.Contains(t, states, got)
+	assert.Equal(t, []string{"checkpoint.json"}, listDir(t, dir))
+}
+
+func TestReadBootID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		content string
+		want    string // "" for an error
+	}{
+		{boot1 + "\n", boot1},
+		{boot1, boot1},
+		{strings.ToUpper(boot1) + "\n", boot1},
+		{"", ""},
+		{"\n", ""},
+		{"garbage\n", ""},
+		{boot1[:35] + "\n", ""},
+		{boot1 + "0\n", ""},
+		{strings.Replace(boot1, "-", "x", 1), ""},
+		{strings.Replace(boot1, "0", "g", 1), ""},
+		{boot1 + "\n" + boot2 + "\n", ""},
+		{strings.Repeat("a", 4096), ""},
+	} {
+		proc := t.TempDir()
+		p := filepath.Join(proc, "sys", "kernel", "random", "boot_id")
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(tc.content), 0o444))
+		got, err := checkpoint.ReadBootID(proc)
+		if tc.want == "" {
+			assert.Error(t, err, "%q", tc.content)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.content)
+		assert.Equal(t, tc.want, got)
+	}
+	_, err := checkpoint.ReadBootID(t.TempDir())
+	assert.Error(t, err, "missing file")
+}
+
+// TestReadBootIDLive reads this machine's boot ID, where there is one.
+func TestReadBootIDLive(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/sys/kernel/random/boot_id"); err != nil {
+		t.Skip("no /proc boot ID:", err)
+	}
+	id, err := checkpoint.ReadBootID("/proc")
+	require.NoError(t, err)
+	assert.Len(t, id, 36)
+}
+
+// FuzzLoad: whatever the checkpoint file holds, Load does not panic, and
+// either succeeds or reports ErrCorrupt with an empty state.
+func FuzzLoad(f *testing.F) {
+	s := checkpoint.NewStore(f.TempDir())
+	require.NoError(f, s.Save(state(boot1, 2)))
+	g, err := os.ReadFile(s.Path())
+	require.NoError(f, err)
+	for _, seed := range [][]byte{g, g[:len(g)/2], {}, []byte("null"), []byte(`{"version":1,"checksum":"","data":{}}`), []byte(`{"version":1}`)} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		s := checkpoint.NewStore(dir)
+		require.NoError(t, os.WriteFile(s.Path(), data, 0o600))
+		st, err := s.Load(boot1)
+		if err != nil {
+			if !errors.Is(err, checkpoint.ErrCorrupt) {
+				t.Fatalf("error not ErrCorrupt: %v", err)
+			}
+			if st == nil || len(st.Claims) != 0 || st.BootID != boot1 {
+				t.Fatalf("state after corruption: %+v", st)
+			}
+			return
+		}
+		if st == nil || st.Claims == nil || st.Version != checkpoint.Version {
+			t.Fatalf("state: %+v", st)
+		}
+		for uid, c := range st.Claims {
+			if c.UID != uid {
+				t.Fatalf("claim %q under %q", c.UID, uid)
+			}
+		}
+	})
+}
+
+func BenchmarkSave(b *testing.B) {
+	s := checkpoint.NewStore(b.TempDir())
+	st := state(boot1, 4)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Save(st); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,351 @@
+package driver_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/efakit/efakit/cdi"
+	"github.com/efakit/efakit/driver"
+)
+
+const (
+	bootA = "8a9c6a3e-6d51-4d0e-9a4b-1f0b3c7a2d11"
+	bootB = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
+)
+
+// node is a kubelet's view of one node: its directories, the API server
+// (a fake clientset) and the plugin running on it.
+type kubeletNode struct {
+	t       *testing.T
+	dir     string // short: unix socket paths are limited to 108 bytes
+	fixture string
+	client  *fake.Clientset
+	cancel  context.CancelFunc
+	done    chan error
+	dra     drapb.DRAPluginClient
+	conn    *grpc.ClientConn
+	rescan  chan struct{}
+}
+
+func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim) *kubeletNode {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "efa")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	for _, d := range []string{"reg", "plugins", "cdi", "proc/sys/kernel/random"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
+	}
+	n := &kubeletNode{t: t, dir: dir, fixture: fixture, rescan: make(chan struct{}),
+		client: fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})}
+	for _, c := range claims {
+		n.addClaim(c)
+	}
+	n.setBootID(bootA)
+	return n
+}
+
+func (n *kubeletNode) addClaim(c *resourceapi.ResourceClaim) {
+	_, err := n.client.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{})
+	require.NoError(n.t, err)
+}
+
+func (n *kubeletNode) setBootID(id string) {
+	require.NoError(n.t, os.WriteFile(filepath.Join(n.dir, "proc/sys/kernel/random/boot_id"), []byte(id+"\n"), 0o644))
+}
+
+func (n *kubeletNode) cdiDir() string { return filepath.Join(n.dir, "cdi") }
+
+// start runs the plugin as the DaemonSet would, then registers it as the
+// kubelet does: GetInfo on the registration socket, then
+// NotifyRegistrationStatus, then a DRA client on the announced endpoint.
+func (n *kubeletNode) start() {
+	t := n.t
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	n.cancel, n.done = cancel, make(chan error, 1)
+	go func() {
+		n.done <- driver.Serve(ctx, driver.ServeOptions{
+			Config:       driver.Config{NodeName: node},
+			KubeClient:   n.client,
+			SysfsRoot:    n.fixture,
+			ProcRoot:     filepath.Join(n.dir, "proc"),
+			CDIRoot:      n.cdiDir(),
+			RegistrarDir: filepath.Join(n.dir, "reg"),
+			PluginsDir:   filepath.Join(n.dir, "plugins"),
+			Ready:        ready,
+			Rescan:       n.rescan,
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-n.done:
+		t.Fatalf("plugin stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("plugin not ready")
+	}
+	regConn, err := grpc.NewClient("unix://"+filepath.Join(n.dir, "reg", "dra.net-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer regConn.Close()
+	reg := registerapi.NewRegistrationClient(regConn)
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, "DRAPlugin", info.Type)
+	assert.Equal(t, "dra.net", info.Name)
+	_, err = reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
+	require.NoError(t, err)
+	n.conn, err = grpc.NewClient("unix://"+info.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	n.dra = drapb.NewDRAPluginClient(n.conn)
+}
+
+func (n *kubeletNode) stop() {
+	n.conn.Close()
+	n.cancel()
+	select {
+	case err := <-n.done:
+		require.NoError(n.t, err)
+	case <-time.After(20 * time.Second):
+		n.t.Fatal("plugin did not stop")
+	}
+}
+
+func ref(c *resourceapi.ResourceClaim) *drapb.Claim {
+	return &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}
+}
+
+func (n *kubeletNode) prepare(claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodePrepareResourceResponse {
+	var refs []*drapb.Claim
+	for _, c := range claims {
+		refs = append(refs, ref(c))
+	}
+	resp, err := n.dra.NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{Claims: refs})
+	require.NoError(n.t, err)
+	return resp.Claims
+}
+
+func (n *kubeletNode) unprepare(claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodeUnprepareResourceResponse {
+	var refs []*drapb.Claim
+	for _, c := range claims {
+		refs = append(refs, ref(c))
+	}
+	resp, err := n.dra.NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{Claims: refs})
+	require.NoError(n.t, err)
+	return resp.Claims
+}
+
+// claim is a ResourceClaim the scheduler allocated the named EFAs to.
+func claim(name string, uid string, devices ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Request: "efa", Driver: "dra.net", Pool: node, Device: d})
+	}
+	return c
+}
+
+// specNodes reads a claim's CDI spec from disk, validated by the CDI
+// library, and returns its device nodes and environment.
+func (n *kubeletNode) specNodes(uid string) (nodes []string, env []string) {
+	w, err := cdi.NewWriter(n.cdiDir(), "dra.net")
+	require.NoError(n.t, err)
+	spec, err := w.Load(uid)
+	require.NoError(n.t, err)
+	for _, d := range spec.Devices {
+		for _, dn := range d.ContainerEdits.DeviceNodes {
+			nodes = append(nodes, fmt.Sprintf("%s %d:%d", dn.Path, dn.Major, dn.Minor))
+		}
+		env = append(env, d.ContainerEdits.Env...)
+	}
+	env = append(env, spec.ContainerEdits.Env...)
+	sort.Strings(nodes)
+	return nodes, env
+}
+
+const p5 = "../testdata/sysfs/p5.48xlarge.sysfs"
+
+func TestKubeletPrepareUnprepare(t *testing.T) {
+	c4 := claim("four", "11111111-1111-1111-1111-111111111111", "efa-0000-4f-00-0", "efa-0000-50-00-0", "efa-0000-51-00-0", "efa-0000-52-00-0")
+	n := newNode(t, p5, c4)
+	n.start()
+	defer n.stop()
+
+	// The slices reached the API server, and a rescan with nothing changed
+	// writes nothing.
+	require.Eventually(t, func() bool {
+		l, err := n.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(l.Items) == 1 && len(l.Items[0].Spec.Devices) == 32
+	}, 10*time.Second, 50*time.Millisecond)
+	writes := func() int {
+		w := 0
+		for _, a := range n.client.Actions() {
+			if a.GetResource().Resource == "resourceslices" && a.GetVerb() != "list" && a.GetVerb() != "watch" && a.GetVerb() != "get" {
+				w++
+			}
+		}
+		return w
+	}
+	before := writes()
+	n.rescan <- struct{}{}
+	n.rescan <- struct{}{}
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, before, writes(), "a steady node makes no API writes")
+
+	resp := n.prepare(c4)
+	r := resp[string(c4.UID)]
+	require.NotNil(t, r)
+	require.Empty(t, r.Error)
+	require.Len(t, r.Devices, 4)
+	ids := map[string]bool{}
+	for _, d := range r.Devices {
+		assert.Equal(t, node, d.PoolName)
+		assert.Equal(t, []string{"efa"}, d.RequestNames)
+		for _, id := range d.CdiDeviceIds {
+			ids[id] = true
+		}
+	}
+	// Ours, and the helper's device-metadata spec that mounts which EFAs
+	// the container got into it.
+	assert.Equal(t, map[string]bool{
+		"dra.net/efa=" + string(c4.UID) + "-efa":      true,
+		"dra.net/metadata=" + string(c4.UID) + "_efa": true,
+	}, ids)
+	meta, err := filepath.Glob(filepath.Join(n.dir, "plugins", "dra.net", "dra-device-metadata", "default_four", "efa", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, meta)
+	b, err := os.ReadFile(meta[0])
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "rdmap79s0", "the container can read which EFAs it got")
+	assert.Contains(t, string(b), "uverbs0")
+	assert.Contains(t, string(b), "0000:4f:00.0")
+	nodes, env := n.specNodes(string(c4.UID))
+	assert.Equal(t, []string{
+		"/dev/infiniband/uverbs0 231:192", "/dev/infiniband/uverbs1 231:193",
+		"/dev/infiniband/uverbs2 231:194", "/dev/infiniband/uverbs3 231:195",
+	}, nodes, "exactly the allocated uverbs devices")
+	assert.Contains(t, env, "FI_PROVIDER=efa")
+	assert.Contains(t, env, "FI_EFA_IFACE=rdmap79s0,rdmap80s0,rdmap81s0,rdmap82s0")
+
+	// Prepared again (kubelet retry, or a second pod of a shared claim):
+	// the same answer.
+	again := n.prepare(c4)[string(c4.UID)]
+	assert.Equal(t, r.String(), again.String())
+
+	// Unprepare removes the spec; twice is fine.
+	u := n.unprepare(c4)
+	assert.Empty(t, u[string(c4.UID)].Error)
+	u = n.unprepare(c4)
+	assert.Empty(t, u[string(c4.UID)].Error)
+	entries, err := os.ReadDir(n.cdiDir())
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.NotContains(t, e.Name(), string(c4.UID))
+	}
+}
+
+func TestKubeletConcurrentAndConflicts(t *testing.T) {
+	var claims []*resourceapi.ResourceClaim
+	for g := range 8 {
+		var devs []string
+		for j := range 4 {
+			devs = append(devs, fmt.Sprintf("efa-0000-%02x-00-0", []int{0x4f, 0x60, 0x71, 0x82, 0x93, 0xa4, 0xb5, 0xc6}[g]+j))
+		}
+		claims = append(claims, claim(fmt.Sprintf("gpu%d", g), fmt.Sprintf("%08d-2222-2222-2222-222222222222", g), devs...))
+	}
+	thief := claim("thief", "33333333-3333-3333-3333-333333333333", "efa-0000-4f-00-0")
+	unknown := claim("unknown", "44444444-4444-4444-4444-444444444444", "efa-0000-ff-00-0")
+	n := newNode(t, p5, append(claims, thief, unknown)...)
+	n.start()
+	defer n.stop()
+
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := n.prepare(c)[string(c.UID)]
+			assert.Empty(t, r.Error, c.Name)
+			assert.Len(t, r.Devices, 4, c.Name)
+		}()
+	}
+	wg.Wait()
+	r := n.prepare(thief)[string(thief.UID)]
+	assert.Contains(t, r.Error, "already prepared for claim "+string(claims[0].UID), "one EFA, two workloads: refused")
+	r = n.prepare(unknown)[string(unknown.UID)]
+	assert.Contains(t, r.Error, "efa-0000-ff-00-0 is not on this node")
+
+	// A shared claim: both pods' prepare calls give the same devices. The
+	// kubelet unprepares only after its last pod is gone.
+	first := n.prepare(claims[1])[string(claims[1].UID)]
+	second := n.prepare(claims[1])[string(claims[1].UID)]
+	assert.Equal(t, first.String(), second.String())
+}
+
+func TestKubeletRestarts(t *testing.T) {
+	c := claim("kept", "55555555-5555-5555-5555-555555555555", "efa-0000-93-00-0", "efa-0000-94-00-0")
+	n := newNode(t, p5, c)
+	n.start()
+	r := n.prepare(c)[string(c.UID)]
+	require.Empty(t, r.Error)
+	want, _ := n.specNodes(string(c.UID))
+	n.stop()
+
+	t.Run("plugin restart between prepare and unprepare", func(t *testing.T) {
+		n.start()
+		again := n.prepare(c)[string(c.UID)]
+		assert.Equal(t, r.String(), again.String())
+		n.stop()
+	})
+	t.Run("CDI directory wiped (tmpfs) while the kubelet believes the claim prepared", func(t *testing.T) {
+		require.NoError(t, os.RemoveAll(n.cdiDir()))
+		require.NoError(t, os.MkdirAll(n.cdiDir(), 0o755))
+		n.start()
+		got, _ := n.specNodes(string(c.UID))
+		assert.Equal(t, want, got, "the spec is back before any call")
+		n.stop()
+	})
+	t.Run("corrupt checkpoint: reported, not a crash loop", func(t *testing.T) {
+		cp := filepath.Join(n.dir, "plugins", "dra.net", "checkpoint.json")
+		require.NoError(t, os.WriteFile(cp, []byte("{not json"), 0o600))
+		n.start()
+		c2 := claim("after", "66666666-6666-6666-6666-666666666666", "efa-0000-a4-00-0")
+		n.addClaim(c2)
+		assert.Empty(t, n.prepare(c2)[string(c2.UID)].Error)
+		n.unprepare(c2)
+		n.stop()
+		moved, err := filepath.Glob(cp + ".corrupt*")
+		require.NoError(t, err)
+		assert.NotEmpty(t, moved, "the bad file is kept for inspection")
+	})
+	t.Run("new boot ID drops state from before the reboot", func(t *testing.T) {
+		n.start()
+		assert.Empty(t, n.prepare(c)[string(c.UID)].Error)
+		n.stop()
+		n.setBootID(bootB)
+		n.start()
+		defer n.stop()
+		// The claim is no longer held: its EFAs can be prepared for
+		// another claim, as the kubelet does after a reboot.
+		c3 := claim("reboot", "77777777-7777-7777-7777-777777777777", "efa-0000-93-00-0")
+		n.addClaim(c3)
+		assert.Empty(t, n.prepare(c3)[string(c3.UID)].Error)
+	})
+}

@@ -1,0 +1,170 @@
+package driver_test
+
+import (
+	"context"
+	"io/fs"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/efakit/efakit/cdi"
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// swapFS is a sysfs whose content a test replaces between scans, as
+// hot-unplug or a driver unbind changes a live /sys.
+type swapFS struct{ cur atomic.Pointer[sysfs.MemFS] }
+
+func (s *swapFS) Open(n string) (fs.File, error)      { return s.cur.Load().Open(n) }
+func (s *swapFS) ReadLink(n string) (string, error)   { return s.cur.Load().ReadLink(n) }
+func (s *swapFS) Lstat(n string) (fs.FileInfo, error) { return s.cur.Load().Lstat(n) }
+
+type recorder struct {
+	mu    sync.Mutex
+	calls []resourceslice.DriverResources
+}
+
+func (r *recorder) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, *res.DeepCopy())
+	return nil
+}
+
+func (r *recorder) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.calls) }
+
+// edit returns the p5 fixture with f applied to each entry (false drops it).
+func edit(t *testing.T, f func(e *sysfs.Entry) bool) *sysfs.MemFS {
+	t.Helper()
+	r, err := sysfs.OpenCapture(p5)
+	require.NoError(t, err)
+	var es []sysfs.Entry
+	for _, e := range r.ReadLinkFS.(*sysfs.MemFS).Entries() {
+		if f(&e) {
+			es = append(es, e)
+		}
+	}
+	m, err := sysfs.NewMemFS(es)
+	require.NoError(t, err)
+	return m
+}
+
+func newTestPlugin(t *testing.T, fsys fs.ReadLinkFS) *driver.Plugin {
+	t.Helper()
+	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
+	require.NoError(t, err)
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
+		Config: driver.Config{NodeName: node}, SysfsRoot: fsys, CDI: w,
+		Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
+	})
+	require.NoError(t, err)
+	return p
+}
+
+const efa4f = "devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:09.0/0000:4f:00.0"
+
+func TestRescanPublishesOnlyChanges(t *testing.T) {
+	t.Parallel()
+	s := &swapFS{}
+	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
+	p := newTestPlugin(t, s)
+	rec := &recorder{}
+	p.SetPublisher(rec)
+	ctx := context.Background()
+	for range 3 {
+		_, err := p.Rescan(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, rec.count(), "nothing changed: published once")
+
+	// The EFA at 4f:00.0 is unplugged: published again without it.
+	s.cur.Store(edit(t, func(e *sysfs.Entry) bool {
+		return !strings.Contains(e.Path, "0000:4f:00.0")
+	}))
+	published, err := p.Rescan(ctx)
+	require.NoError(t, err)
+	assert.True(t, published)
+	require.Equal(t, 2, rec.count())
+	assert.Len(t, rec.calls[1].Pools[node].Slices[0].Devices, 31)
+	assert.Equal(t, float64(2), testutilValue(t, p))
+}
+
+func testutilValue(t *testing.T, p *driver.Plugin) float64 {
+	t.Helper()
+	mfs, err := p.Metrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "efakit_plugin_publish_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no efakit_plugin_publish_total")
+	return 0
+}
+
+// TestHealth: a full report first, then an EFA whose port leaves ACTIVE,
+// one whose uverbs device is gone and one that disappears are reported
+// Unhealthy.
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	s := &swapFS{}
+	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
+	p := newTestPlugin(t, s)
+	p.HealthInterval = 20 * time.Millisecond
+	_, err := p.Rescan(context.Background())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := make(chan kubeletplugin.DeviceHealthReport)
+	done := make(chan error, 1)
+	go func() { done <- p.WatchHealthStatus(ctx, reports) }()
+
+	first := <-reports
+	require.Len(t, first.Devices, 32)
+	for _, d := range first.Devices {
+		assert.Equal(t, kubeletplugin.HealthStatusHealthy, d.Health, d.DeviceName)
+		assert.Equal(t, node, d.PoolName)
+	}
+	s.cur.Store(edit(t, func(e *sysfs.Entry) bool {
+		switch {
+		case strings.HasSuffix(e.Path, "0000:50:00.0/infiniband/rdmap80s0/ports/1/state"):
+			e.Data = []byte("1: DOWN\n")
+		case strings.Contains(e.Path, "0000:51:00.0/infiniband_verbs"):
+			return false
+		case strings.Contains(e.Path, "0000:52:00.0"):
+			return false
+		}
+		return true
+	}))
+	want := map[string]string{"efa-0000-50-00-0": "port DOWN", "efa-0000-51-00-0": "no uverbs device", "efa-0000-52-00-0": "device gone from sysfs"}
+	deadline := time.After(10 * time.Second)
+	for {
+		var r kubeletplugin.DeviceHealthReport
+		select {
+		case r = <-reports:
+		case <-deadline:
+			t.Fatal("no report with the unhealthy devices")
+		}
+		got := map[string]string{}
+		for _, d := range r.Devices {
+			if d.Health == kubeletplugin.HealthStatusUnhealthy {
+				got[d.DeviceName] = d.Message
+			}
+		}
+		if len(got) == len(want) {
+			assert.Equal(t, want, got)
+			break
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+}
