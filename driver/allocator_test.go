@@ -97,13 +97,45 @@ func otherDriverSlices(t *topology.Topology) []*resourceapi.ResourceSlice {
 	return []*resourceapi.ResourceSlice{mk("gpu.nvidia.com", gpus), mk("neuron.aws.com", neurons)}
 }
 
-// loadClaims reads ../shared/claims: each ResourceClaimTemplate becomes the
+// claimPaths are the users' claims: shared/claims beside the repository
+// when it is there (the acceptance input, as CI lays it out), else the copy
+// in testdata/claims, which TestClaimsCopyCurrent keeps equal.
+func claimPaths(t *testing.T) []string {
+	t.Helper()
+	for _, pattern := range []string{"../../shared/claims/*.yaml", "../testdata/claims/*.yaml"} {
+		paths, err := filepath.Glob(pattern)
+		require.NoError(t, err)
+		if len(paths) > 0 {
+			return paths
+		}
+	}
+	t.Fatal("no claims in ../shared/claims or testdata/claims")
+	return nil
+}
+
+// TestClaimsCopyCurrent: the copy under testdata/claims is the users'
+// claims of shared/claims, where that is present.
+func TestClaimsCopyCurrent(t *testing.T) {
+	t.Parallel()
+	shared, err := filepath.Glob("../../shared/claims/*.yaml")
+	require.NoError(t, err)
+	if len(shared) == 0 {
+		t.Skip("shared/claims is not beside this checkout; testdata/claims is used")
+	}
+	for _, p := range shared {
+		want, err := os.ReadFile(p)
+		require.NoError(t, err)
+		got, err := os.ReadFile(filepath.Join("..", "testdata", "claims", filepath.Base(p)))
+		require.NoError(t, err, "copy %s to testdata/claims", p)
+		assert.Equal(t, string(want), string(got), "testdata/claims/%s differs from %s", filepath.Base(p), p)
+	}
+}
+
+// loadClaims reads the users' claims: each ResourceClaimTemplate becomes the
 // claim a pod gets from it, each ResourceClaim is taken as it is.
 func loadClaims(t *testing.T) map[string]*resourceapi.ResourceClaim {
 	t.Helper()
-	paths, err := filepath.Glob("../../shared/claims/*.yaml")
-	require.NoError(t, err)
-	require.NotEmpty(t, paths, "the users' claims in ../shared/claims")
+	paths := claimPaths(t)
 	out := map[string]*resourceapi.ResourceClaim{}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
