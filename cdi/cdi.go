@@ -19,6 +19,8 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/efakit/efakit/internal/atomicfile"
 )
 
 // Class is the CDI device class of every spec the Writer writes: the kind
@@ -153,18 +155,18 @@ func (w *Writer) Write(claimUID string, requests map[string][]Device) (map[strin
 	if err != nil {
 		return nil, fmt.Errorf("cdi: claim %s: encoding spec: %w", claimUID, err)
 	}
-	err = writeAtomic(path, data, func(tmp string) error {
+	err = atomicfile.Write(path, data, atomicfile.Options{Check: func(tmp string) error {
 		// The library's own check of the very bytes the runtime will read:
 		// names, version against content, edits.
 		got, err := cdiapi.ReadSpec(tmp, 0)
 		if err != nil {
-			return err
+			return fmt.Errorf("invalid spec: %w", err)
 		}
 		if got.GetVendor() != w.vendor || got.GetClass() != Class {
-			return fmt.Errorf("kind %q read back, want %q", got.Kind, w.Kind())
+			return fmt.Errorf("invalid spec: kind %q read back, want %q", got.Kind, w.Kind())
 		}
 		return nil
-	})
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("cdi: claim %s: writing spec %s: %w", claimUID, path, err)
 	}
@@ -326,64 +328,4 @@ func (w *Writer) Load(claimUID string) (*specs.Spec, error) {
 		return nil, fmt.Errorf("cdi: claim %s: spec %s has kind %q, want %q", claimUID, path, spec.Kind, w.Kind())
 	}
 	return spec.Spec, nil
-}
-
-// writeAtomic replaces path with data: a temporary file in the same
-// directory, written, synced, checked by check, renamed over path, and the
-// directory synced so the rename survives a crash. The temporary file's name
-// starts with a dot and ends in ".tmp": CDI caches read only *.json and
-// *.yaml, so a runtime never sees it. It is removed on any error.
-func writeAtomic(path string, data []byte, check func(tmp string) error) (err error) {
-	dir, name := filepath.Split(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	// CreateTemp makes 0600; specs hold no secret, and tools run by
-	// users (cdi list, podman) read them.
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := check(tmp); err != nil {
-		return fmt.Errorf("invalid spec: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
 }

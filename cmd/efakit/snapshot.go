@@ -1,13 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/efakit/efakit/internal/atomicfile"
 	"github.com/efakit/efakit/snapshot"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -69,25 +70,15 @@ func cmdSnapshot(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// writeCapture writes atomically: a temporary file renamed into place.
+// writeCapture writes the capture to stdout ("-") or, atomically, to a
+// file.
 func writeCapture(name string, stdout io.Writer, header []string, es []sysfs.Entry) error {
 	if name == "-" {
 		return sysfs.WriteCapture(stdout, header, es)
 	}
-	f, err := os.CreateTemp(filepath.Dir(name), ".efakit-snapshot-*")
-	if err != nil {
+	var b bytes.Buffer
+	if err := sysfs.WriteCapture(&b, header, es); err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
-	if err := sysfs.WriteCapture(f, header, es); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), name)
+	return atomicfile.Write(name, b.Bytes(), atomicfile.Options{})
 }

@@ -23,6 +23,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/efakit/efakit/internal/atomicfile"
 )
 
 // Version is the version of the file format that Save writes and Load
@@ -277,53 +279,10 @@ func (s *Store) Save(st *State) error {
 		return fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
 	out = append(out, '\n')
-	if err := writeAtomic(s.dir, FileName, out); err != nil {
+	// 0600 in a 0700 directory: the checkpoint names the node's claims;
+	// only the plugin reads it.
+	if err := atomicfile.Write(filepath.Join(s.dir, FileName), out, atomicfile.Options{Perm: 0o600, DirPerm: 0o700}); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", s.path, err)
-	}
-	return nil
-}
-
-// writeAtomic replaces dir/name with data. The temporary file is removed
-// on any error.
-func writeAtomic(dir, name string, data []byte) (err error) {
-	// 0700: the checkpoint names the pods of the node; only the plugin
-	// (root) reads it. MkdirAll leaves an existing directory alone.
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	return nil
 }
