@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
@@ -73,6 +74,9 @@ type Config struct {
 	// NUMAList publishes numaNode in list form (the cluster's
 	// DRAListTypeAttributes gate); scalar otherwise.
 	NUMAList bool
+	// Groups adds "all EFAs of one PCIe root" devices: GroupsNone (the
+	// default), GroupsExclusive or GroupsMixed.
+	Groups GroupMode
 }
 
 func (c Config) driverName() string {
@@ -211,11 +215,14 @@ func CheckDevice(d resourceapi.Device) error {
 	return nil
 }
 
-// Resources are the devices of the node's pool, in slices of at most 128,
-// in the form kubeletplugin.Helper.PublishResources takes. The CLI's
-// `efakit slices` turns the same value into ResourceSlice objects.
+// Resources are the devices of the node's pool, in the form
+// kubeletplugin.Helper.PublishResources takes; `efakit slices` turns the same
+// value into ResourceSlice objects. By cfg.Groups: single EFAs (the
+// default), one group device per PCIe root instead (exclusive), or both,
+// made exclusive by shared counters in a counters-only slice (mixed).
 func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourceslice.DriverResources, error) {
-	var devs []resourceapi.Device
+	var singles []resourceapi.Device
+	var members []*topology.Device
 	var errs []string
 	for _, d := range t.Of(topology.KindEFA) {
 		if d.EFA.Verbs == nil {
@@ -229,11 +236,58 @@ func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourcesli
 			errs = append(errs, err.Error())
 			continue
 		}
-		devs = append(devs, dev)
+		singles = append(singles, dev)
+		members = append(members, d)
+	}
+	var devs []resourceapi.Device
+	var counters []resourceapi.CounterSet
+	switch cfg.Groups {
+	case GroupsNone:
+		devs = singles
+	case GroupsExclusive, GroupsMixed:
+		groups := Groups(t, members)
+		if cfg.Groups == GroupsMixed {
+			devs = singles
+			for i := range devs {
+				devs[i].ConsumesCounters = []resourceapi.DeviceCounterConsumption{{
+					CounterSet: CounterSetName(groups.rootOf[devs[i].Name]),
+					Counters:   map[string]resourceapi.Counter{devs[i].Name: oneCounter()},
+				}}
+			}
+		}
+		for _, g := range groups.List {
+			dev, err := GroupDevice(t, g, cfg)
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			if cfg.Groups == GroupsMixed {
+				set := resourceapi.CounterSet{Name: CounterSetName(g.Root), Counters: map[string]resourceapi.Counter{}}
+				use := map[string]resourceapi.Counter{}
+				for _, m := range g.Members {
+					set.Counters[DeviceName(m.PCI.Address)] = oneCounter()
+					use[DeviceName(m.PCI.Address)] = oneCounter()
+				}
+				counters = append(counters, set)
+				dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set.Name, Counters: use}}
+			}
+			devs = append(devs, dev)
+		}
+	default:
+		return resourceslice.DriverResources{}, fmt.Errorf("unknown group mode %q (none, exclusive, mixed)", cfg.Groups)
 	}
 	pool := resourceslice.Pool{}
+	for len(counters) > 0 {
+		n := min(len(counters), resourceapi.ResourceSliceMaxCounterSets)
+		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: counters[:n]})
+		counters = counters[n:]
+	}
+	per := MaxDevicesPerSlice
+	if cfg.Groups == GroupsMixed {
+		per = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+	}
 	for len(devs) > 0 {
-		n := min(len(devs), MaxDevicesPerSlice)
+		n := min(len(devs), per)
 		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs[:n]})
 		devs = devs[n:]
 	}
@@ -247,6 +301,8 @@ func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourcesli
 	}
 	return res, nil
 }
+
+func oneCounter() resourceapi.Counter { return resourceapi.Counter{Value: resource.MustParse("1")} }
 
 // Slices turns DriverResources into the ResourceSlice objects the kubelet
 // plugin's controller creates for a node: one pool per node, generation 1,
@@ -270,10 +326,11 @@ func Slices(res resourceslice.DriverResources, cfg Config) []*resourceapi.Resour
 				TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
 				ObjectMeta: metav1.ObjectMeta{GenerateName: fmt.Sprintf("%x-%s-%s-", i, cfg.driverName(), node)},
 				Spec: resourceapi.ResourceSliceSpec{
-					Driver:   cfg.driverName(),
-					NodeName: &node,
-					Pool:     resourceapi.ResourcePool{Name: name, Generation: gen, ResourceSliceCount: int64(len(pool.Slices))},
-					Devices:  s.Devices,
+					Driver:         cfg.driverName(),
+					NodeName:       &node,
+					Pool:           resourceapi.ResourcePool{Name: name, Generation: gen, ResourceSliceCount: int64(len(pool.Slices))},
+					Devices:        s.Devices,
+					SharedCounters: s.SharedCounters,
 				},
 			})
 		}
@@ -283,7 +340,9 @@ func Slices(res resourceslice.DriverResources, cfg Config) []*resourceapi.Resour
 
 // DeviceClasses are the classes the project ships: efa.networking.k8s.aws
 // (or className) selects exactly the single EFAs of driverName, with the
-// very expression AWS's class uses.
+// very expression AWS's class uses; efa-group.networking.k8s.aws selects
+// the group devices. Every device efakit publishes has both attributes
+// the two classes read, so neither class fails on the other's devices.
 func DeviceClasses(driverName, className string) []*resourceapi.DeviceClass {
 	if driverName == "" {
 		driverName = DefaultDriverName
@@ -291,11 +350,15 @@ func DeviceClasses(driverName, className string) []*resourceapi.DeviceClass {
 	if className == "" {
 		className = DefaultDeviceClass
 	}
-	return []*resourceapi.DeviceClass{{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf(`device.driver == %q && device.attributes[%q].pciDevice == %q`, driverName, driverName, efa.PCIDeviceName),
-		}}}},
-	}}
+	class := func(name, expr string) *resourceapi.DeviceClass {
+		return &resourceapi.DeviceClass{
+			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}},
+		}
+	}
+	return []*resourceapi.DeviceClass{
+		class(className, fmt.Sprintf(`device.driver == %q && device.attributes[%q].pciDevice == %q`, driverName, driverName, efa.PCIDeviceName)),
+		class(DefaultGroupDeviceClass, fmt.Sprintf(`device.driver == %q && device.attributes[%q].kind == %q`, driverName, driverName, KindGroup)),
+	}
 }

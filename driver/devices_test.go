@@ -137,9 +137,71 @@ func TestSlicesSplit(t *testing.T) {
 func TestDeviceClasses(t *testing.T) {
 	t.Parallel()
 	c := driver.DeviceClasses("", "")
-	require.Len(t, c, 1)
+	require.Len(t, c, 2)
+	assert.Equal(t, "efa-group.networking.k8s.aws", c[1].Name)
 	assert.Equal(t, awsEFAClass.Name, c[0].Name)
 	assert.Equal(t, awsEFAClass.Spec.Selectors[0].CEL.Expression, c[0].Spec.Selectors[0].CEL.Expression)
 	o := driver.DeviceClasses("efa.example.com", "efa.example.com")
 	assert.Contains(t, o[0].Spec.Selectors[0].CEL.Expression, `device.attributes["efa.example.com"]`)
+}
+
+// TestGroupResourcesWithinLimits: group devices in both modes pass the
+// API's limits; mixed slices hold at most 64 devices and 8 counter sets,
+// each set one counter per member, consumed by its single and its group.
+func TestGroupResourcesWithinLimits(t *testing.T) {
+	t.Parallel()
+	for name, path := range testfixture.Captures(t, "..") {
+		for _, mode := range []driver.GroupMode{driver.GroupsExclusive, driver.GroupsMixed} {
+			t.Run(name+"/"+string(mode), func(t *testing.T) {
+				t.Parallel()
+				root, err := sysfs.Open(path)
+				require.NoError(t, err)
+				topo, err := topology.Scan(root)
+				require.NoError(t, err)
+				cfg := driver.Config{NodeName: "n", Groups: mode}
+				res, err := driver.Resources(topo, nil, cfg)
+				require.NoError(t, err)
+				groups, singles, consumers := 0, 0, map[string]int{}
+				for _, s := range driver.Slices(res, cfg) {
+					assert.False(t, len(s.Spec.Devices) > 0 && len(s.Spec.SharedCounters) > 0, "devices or counters, not both")
+					assert.LessOrEqual(t, len(s.Spec.SharedCounters), resourceapi.ResourceSliceMaxCounterSets)
+					if mode == driver.GroupsMixed {
+						assert.LessOrEqual(t, len(s.Spec.Devices), resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)
+					}
+					for _, d := range s.Spec.Devices {
+						require.NoError(t, driver.CheckDevice(d))
+						assert.NotEmpty(t, *d.Attributes[driver.AttrPCIDevice].StringValue, "every class's attribute is there")
+						assert.NotEmpty(t, *d.Attributes[driver.AttrKind].StringValue)
+						if strings.HasPrefix(d.Name, "efa-group-") {
+							groups++
+							assert.Equal(t, driver.GroupPCIDevice, *d.Attributes[driver.AttrPCIDevice].StringValue)
+						} else {
+							singles++
+						}
+						for _, c := range d.ConsumesCounters {
+							for counter := range c.Counters {
+								consumers[counter]++
+							}
+						}
+					}
+				}
+				nEFA := len(topo.Of(topology.KindEFA))
+				if nEFA == 0 {
+					assert.Zero(t, groups+singles)
+					return
+				}
+				assert.NotZero(t, groups)
+				if mode == driver.GroupsExclusive {
+					assert.Zero(t, singles)
+					assert.Empty(t, consumers, "no counters in exclusive mode")
+				} else {
+					assert.Equal(t, nEFA, singles)
+					require.Len(t, consumers, nEFA)
+					for counter, n := range consumers {
+						assert.Equal(t, 2, n, "%s: its single and its group", counter)
+					}
+				}
+			})
+		}
+	}
 }

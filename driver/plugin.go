@@ -51,6 +51,7 @@ type Plugin struct {
 	current   *resourceslice.DriverResources // from the last scan
 	published *resourceslice.DriverResources // last published
 	inventory map[string]inventoryDevice     // by published device name
+	groups    map[string][]string            // group device name -> member device names
 	health    map[string]deviceHealth        // by published device name
 	state     *checkpoint.State
 }
@@ -191,6 +192,25 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		inv[name] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name, Major: d.EFA.Verbs.Major, Minor: d.EFA.Verbs.Minor,
 			PCIAddress: d.PCI.Address.String(), Attributes: dev.Attributes}
 	}
+	groups := map[string][]string{}
+	var groupAttrs = map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	if p.cfg.Groups != GroupsNone {
+		var members []*topology.Device
+		for _, d := range topo.Of(topology.KindEFA) {
+			if _, ok := inv[DeviceName(d.PCI.Address)]; ok {
+				members = append(members, d)
+			}
+		}
+		for _, g := range Groups(topo, members).List {
+			name := GroupDeviceName(g.Root)
+			for _, m := range g.Members {
+				groups[name] = append(groups[name], DeviceName(m.PCI.Address))
+			}
+			if dev, err := GroupDevice(topo, g, p.cfg); err == nil {
+				groupAttrs[name] = dev.Attributes
+			}
+		}
+	}
 	err := errors.Join(scanErr, buildErr)
 	p.Metrics.observeScan(time.Since(start), err, len(inv))
 
@@ -201,7 +221,10 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 			healthy[name] = deviceHealth{kubeletplugin.HealthStatusUnhealthy, "device gone from sysfs"}
 		}
 	}
-	p.inventory, p.health = inv, healthy
+	p.inventory, p.health, p.groups = inv, healthy, groups
+	for name, attrs := range groupAttrs {
+		p.inventory[name] = inventoryDevice{Attributes: attrs}
+	}
 	p.current = &res
 	p.mu.Unlock()
 	published, perr := p.Publish(ctx)
@@ -308,18 +331,26 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 		if r.Pool != p.cfg.NodeName {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is in pool %s, this node's pool is %s", r.Device, r.Pool, p.cfg.NodeName)
 		}
-		inv, ok := p.inventory[r.Device]
-		if !ok {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is not on this node (or has no uverbs device)", r.Device)
+		// A group device stands for all EFAs of its root.
+		names, group := []string{r.Device}, ""
+		if members, ok := p.groups[r.Device]; ok {
+			names, group = members, r.Device
 		}
-		if other, ok := inUse[r.Device]; ok {
-			// The last line of defense against two workloads on one EFA.
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", r.Device, other)
+		for _, name := range names {
+			inv, ok := p.inventory[name]
+			if !ok || inv.Uverbs == "" {
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is not on this node (or has no uverbs device)", name)
+			}
+			if other, ok := inUse[name]; ok {
+				// The last line of defense against two workloads on one EFA.
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", name, other)
+			}
+			inUse[name] = uid
+			claim.Devices = append(claim.Devices, checkpoint.PreparedDevice{
+				Request: r.Request, Pool: r.Pool, Device: name, RDMAName: inv.RDMAName, Uverbs: inv.Uverbs,
+				PCIAddress: inv.PCIAddress, Major: inv.Major, Minor: inv.Minor, Group: group,
+			})
 		}
-		claim.Devices = append(claim.Devices, checkpoint.PreparedDevice{
-			Request: r.Request, Pool: r.Pool, Device: r.Device, RDMAName: inv.RDMAName, Uverbs: inv.Uverbs,
-			PCIAddress: inv.PCIAddress, Major: inv.Major, Minor: inv.Minor,
-		})
 	}
 	if len(claim.Devices) > 0 {
 		ids, err := p.cdi.Write(uid, cdiRequests(claim.Devices))
@@ -352,12 +383,23 @@ func cloneState(s *checkpoint.State) *checkpoint.State {
 // metadata, so a container can read which EFAs it was given.
 func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
 	var devs []kubeletplugin.Device
+	seen := map[string]bool{}
 	for _, d := range c.Devices {
+		// The kubelet knows the allocated devices: a group once, not its
+		// members.
+		name := d.Device
+		if d.Group != "" {
+			name = d.Group
+		}
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
 		dev := kubeletplugin.Device{
-			Requests: []string{d.Request}, PoolName: p.cfg.NodeName, DeviceName: d.Device,
+			Requests: []string{d.Request}, PoolName: p.cfg.NodeName, DeviceName: name,
 			CDIDeviceIDs: []string{c.CDIDeviceIDs[baseRequest(d.Request)]},
 		}
-		if inv, ok := p.inventory[d.Device]; ok {
+		if inv, ok := p.inventory[name]; ok {
 			dev.Metadata = &kubeletplugin.DeviceMetadata{Attributes: metadataAttributes(inv.Attributes)}
 		}
 		devs = append(devs, dev)
@@ -406,6 +448,19 @@ func (p *Plugin) unprepare(uid string) error {
 // HandleError logs background errors (publishing); a fatal one stops the
 // plugin through Stop.
 func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) {
+		// The API server dropped what it does not know: in mixed mode the
+		// counters that keep a group and its members apart. Publishing on
+		// would allow double allocation, so the plugin stops.
+		err = fmt.Errorf("the API server dropped fields of the published slices (disabled features: %v); group mode %q needs DRAPartitionableDevices: run with --groups=none or exclusive: %w",
+			dropped.DisabledFeatures(), p.cfg.Groups, err)
+		klog.FromContext(ctx).Error(err, msg)
+		if p.Stop != nil {
+			p.Stop(err)
+		}
+		return
+	}
 	klog.FromContext(ctx).Error(err, msg)
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && p.Stop != nil {
 		p.Stop(fmt.Errorf("%s: %w", msg, err))

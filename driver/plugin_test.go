@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
@@ -167,4 +168,44 @@ func TestHealth(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// TestPrepareGroup: a group gives the container every member's uverbs node
+// and an FI_EFA_IFACE of all members, as if they had been claimed one by
+// one; a member of a prepared group cannot be prepared for another claim.
+func TestPrepareGroup(t *testing.T) {
+	t.Parallel()
+	root, err := sysfs.OpenCapture(p5)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	w, err := cdi.NewWriter(dir, "dra.net")
+	require.NoError(t, err)
+	ctx := context.Background()
+	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node, Groups: driver.GroupsMixed},
+		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
+	require.NoError(t, err)
+	_, err = p.Rescan(ctx)
+	require.NoError(t, err)
+
+	g := claim("group", "88888888-8888-8888-8888-888888888888", "efa-group-pci0000-44")
+	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{g})
+	require.NoError(t, err)
+	r := res[g.UID]
+	require.NoError(t, r.Err)
+	require.Len(t, r.Devices, 1, "the kubelet sees the group, not its members")
+	assert.Equal(t, "efa-group-pci0000-44", r.Devices[0].DeviceName)
+	spec, err := w.Load(string(g.UID))
+	require.NoError(t, err)
+	require.Len(t, spec.Devices, 1)
+	var nodes []string
+	for _, dn := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		nodes = append(nodes, dn.Path)
+	}
+	assert.Equal(t, []string{"/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1", "/dev/infiniband/uverbs2", "/dev/infiniband/uverbs3"}, nodes)
+	assert.Contains(t, spec.Devices[0].ContainerEdits.Env, "FI_EFA_IFACE=rdmap79s0,rdmap80s0,rdmap81s0,rdmap82s0")
+
+	member := claim("member", "99999999-9999-9999-9999-999999999999", "efa-0000-50-00-0")
+	res, err = p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{member})
+	require.NoError(t, err)
+	assert.ErrorContains(t, res[member.UID].Err, "already prepared for claim "+string(g.UID))
 }

@@ -38,6 +38,7 @@ func main() {
 	var o driver.ServeOptions
 	nodeName := flag.String("node-name", os.Getenv("NODE_NAME"), "the node this plugin runs on (env NODE_NAME)")
 	driverName := flag.String("driver-name", env("DRIVER_NAME", driver.DefaultDriverName), "DRA driver name (env DRIVER_NAME)")
+	groups := flag.String("groups", env("EFA_GROUPS", "none"), "publish EFA group devices: none, exclusive (one device per PCIe root instead of single EFAs) or mixed (both, with shared counters; needs DRAPartitionableDevices) (env EFA_GROUPS)")
 	flag.BoolVar(&o.Config.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode in list form (clusters with DRAListTypeAttributes)")
 	flag.StringVar(&o.SysfsRoot, "sysfs", env("SYSFS_ROOT", "/sys"), "sysfs to scan: the host's /sys, or a capture file (env SYSFS_ROOT)")
 	flag.StringVar(&o.ProcRoot, "proc", "/proc", "procfs, for the kernel's boot ID")
@@ -55,6 +56,12 @@ func main() {
 		return
 	}
 	o.Config.NodeName, o.Config.DriverName = *nodeName, *driverName
+	mode, err := driver.ParseGroupMode(*groups)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "efakit-plugin:", err)
+		os.Exit(2)
+	}
+	o.Config.Groups = mode
 	o.PodUID = types.UID(os.Getenv("POD_UID"))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -63,7 +70,6 @@ func main() {
 	ctx = klog.NewContext(ctx, logger)
 
 	var cfg *rest.Config
-	var err error
 	if *kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	} else {

@@ -33,6 +33,8 @@ func TestGoldenOutput(t *testing.T) {
 			{".topo.json", []string{"topo", "--sysfs", p, "-o", "json"}},
 			{".list.json", []string{"list", "--sysfs", p, "-o", "json"}},
 			{".slices.yaml", []string{"slices", "--sysfs", p, "--node", "node-1"}},
+			{".claims.yaml", []string{"claims", "--sysfs", p}},
+			{".claims-exclusive.yaml", []string{"claims", "--sysfs", p, "--groups", "exclusive"}},
 		} {
 			t.Run(name+tc.suffix, func(t *testing.T) {
 				code, out, errOut := runCLI(tc.args...)

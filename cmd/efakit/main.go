@@ -28,6 +28,7 @@ commands:
   list       the EFA devices (--sysfs PATH, -o table|json|yaml)
   topo       GPUs, Neuron devices and EFAs: link matrix, affinity, device groups (--sysfs PATH, -o matrix|json)
   slices         the ResourceSlices the DRA plugin publishes (--sysfs PATH, --node NAME, -o json|yaml)
+  claims         ResourceClaimTemplates that fit this machine (--sysfs PATH, --groups none|exclusive|mixed)
   deviceclasses  the DeviceClasses the project ships (-o json|yaml)
   snapshot   capture what efakit reads from sysfs into a file (--sysfs PATH, -o FILE)
   version    print the version
@@ -48,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdTopo(args[1:], stdout, stderr)
 	case "slices":
 		return cmdSlices(args[1:], stdout, stderr)
+	case "claims":
+		return cmdClaims(args[1:], stdout, stderr)
 	case "deviceclasses":
 		return cmdDeviceClasses(args[1:], stdout, stderr)
 	case "snapshot":

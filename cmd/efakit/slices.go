@@ -47,8 +47,14 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	node := fl.String("node", os.Getenv("NODE_NAME"), "node `name` (default $NODE_NAME)")
 	driverName := fl.String("driver-name", driver.DefaultDriverName, "DRA driver `name`")
 	numaList := fl.Bool("numa-list", false, "publish numaNode in list form (clusters with DRAListTypeAttributes)")
+	groups := fl.String("groups", "none", "EFA group devices: none, exclusive or mixed")
 	out := fl.String("o", "yaml", "output `format`: json or yaml")
 	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	mode, err := driver.ParseGroupMode(*groups)
+	if err != nil {
+		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
 		return 2
 	}
 	if *out != "json" && *out != "yaml" {
@@ -67,7 +73,7 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	topo, scanErr := topology.Scan(r)
 	names, _ := pcie.LoadNames()
-	cfg := driver.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList}
+	cfg := driver.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList, Groups: mode}
 	res, buildErr := driver.Resources(topo, names, cfg)
 	if err := printObjects(stdout, *out, driver.Slices(res, cfg)); err != nil {
 		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
@@ -98,6 +104,55 @@ func cmdDeviceClasses(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := printObjects(stdout, *out, driver.DeviceClasses(*driverName, *className)); err != nil {
 		fmt.Fprintf(stderr, "efakit deviceclasses: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func cmdClaims(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("claims", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
+	groups := fl.String("groups", "none", "the node's group `mode`: none, exclusive or mixed")
+	className := fl.String("class-name", driver.DefaultDeviceClass, "the single-EFA DeviceClass")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	mode, err := driver.ParseGroupMode(*groups)
+	if err != nil {
+		fmt.Fprintf(stderr, "efakit claims: %v\n", err)
+		return 2
+	}
+	r, err := sysfs.Open(*root)
+	if err != nil {
+		fmt.Fprintf(stderr, "efakit claims: %v\n", err)
+		return 1
+	}
+	defer r.Close()
+	topo, scanErr := topology.Scan(r)
+	tms, pod := driver.ClaimTemplates(topo, mode, *className)
+	if len(tms) == 0 {
+		fmt.Fprintln(stdout, "# no EFA on this machine: no claims to suggest")
+	}
+	for i, tm := range tms {
+		if i > 0 {
+			fmt.Fprintln(stdout, "---")
+		}
+		fmt.Fprintf(stdout, "# %s (%d per node)\n", tm.Comment, tm.PerNode)
+		if err := printObjects(stdout, "yaml", []any{tm.Template}); err != nil {
+			fmt.Fprintf(stderr, "efakit claims: %v\n", err)
+			return 1
+		}
+	}
+	if pod != nil {
+		fmt.Fprintf(stdout, "---\n# %s\n", pod.Comment)
+		if err := printObjects(stdout, "yaml", []any{pod.Pod}); err != nil {
+			fmt.Fprintf(stderr, "efakit claims: %v\n", err)
+			return 1
+		}
+	}
+	if scanErr != nil {
+		printErrors(stderr, "efakit claims", scanErr)
 		return 1
 	}
 	return 0

@@ -61,6 +61,9 @@ type PreparedDevice struct {
 	PCIAddress string `json:"pciAddress"` // 0000:4f:00.0
 	Major      uint32 `json:"major"`      // of the uverbs character device
 	Minor      uint32 `json:"minor"`
+	// Group is the allocated group device this EFA is a member of
+	// (efa-group-pci0000-44); "" for an EFA allocated on its own.
+	Group string `json:"group,omitempty"`
 }
 
 // Claim is one prepared claim.
