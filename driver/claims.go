@@ -184,7 +184,11 @@ func ClaimTemplates(t *topology.Topology, mode GroupMode, efaClass string) ([]Te
 	if perAccel == nil {
 		return out, nil
 	}
-	total := len(t.Accelerators()) + len(efas)
+	nEFA := len(efas)
+	if mode == GroupsExclusive {
+		nEFA = len(Groups(t, efas).List)
+	}
+	total := len(t.Accelerators()) + nEFA
 	if total <= resourceapi.AllocationResultsMaxSize {
 		// One claim holds the whole node.
 		var reqs []resourceapi.DeviceRequest
