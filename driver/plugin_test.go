@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"strings"
 	"sync"
@@ -208,4 +209,30 @@ func TestPrepareGroup(t *testing.T) {
 	res, err = p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{member})
 	require.NoError(t, err)
 	assert.ErrorContains(t, res[member.UID].Err, "already prepared for claim "+string(g.UID))
+}
+
+// TestDroppedCountersStop: when the API server drops the shared counters
+// (no DRAPartitionableDevices), the plugin stops with a clear message
+// instead of publishing groups that could be allocated twice.
+func TestDroppedCountersStop(t *testing.T) {
+	t.Parallel()
+	root, err := sysfs.OpenCapture(p5)
+	require.NoError(t, err)
+	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
+	require.NoError(t, err)
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: driver.Config{NodeName: node, Groups: driver.GroupsMixed},
+		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
+	require.NoError(t, err)
+	var stopped error
+	p.Stop = func(err error) { stopped = err }
+	want := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: []resourceapi.CounterSet{{Name: "efas-pci0000-44"}}}}
+	p.HandleError(context.Background(), &resourceslice.DroppedFieldsError{PoolName: node, DesiredSlice: want, ActualSlice: &resourceapi.ResourceSlice{}}, "publishing")
+	require.Error(t, stopped)
+	assert.Contains(t, stopped.Error(), "needs DRAPartitionableDevices")
+	assert.Contains(t, stopped.Error(), "--groups=none or exclusive")
+
+	// Other errors the helper calls recoverable do not stop it.
+	stopped = nil
+	p.HandleError(context.Background(), fmt.Errorf("conflict: %w", kubeletplugin.ErrRecoverable), "publishing")
+	assert.NoError(t, stopped)
 }
