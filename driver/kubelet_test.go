@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -65,6 +66,39 @@ func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim)
 func (n *kubeletNode) addClaim(c *resourceapi.ResourceClaim) {
 	_, err := n.client.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{})
 	require.NoError(n.t, err)
+}
+
+// TestKubeletStandsAsideForDevicePlugin: on a node whose capacity shows
+// AWS's EFA device plugin, the plugin publishes nothing and refuses to
+// prepare, saying why; with the device plugin gone it publishes.
+func TestKubeletStandsAsideForDevicePlugin(t *testing.T) {
+	c := claim("c", "12121212-1212-1212-1212-121212121212", "efa-0000-4f-00-0")
+	n := newNode(t, p5, c)
+	nodeObj, err := n.client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	require.NoError(t, err)
+	nodeObj.Status.Capacity = v1.ResourceList{"vpc.amazonaws.com/efa": resource.MustParse("32")}
+	_, err = n.client.CoreV1().Nodes().UpdateStatus(context.Background(), nodeObj, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	n.start()
+	defer n.stop()
+	r := n.prepare(c)[string(c.UID)]
+	assert.Contains(t, r.Error, "vpc.amazonaws.com/efa")
+	assert.Contains(t, r.Error, "device plugin")
+	time.Sleep(300 * time.Millisecond)
+	l, err := n.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, l.Items, "nothing published beside the device plugin")
+
+	// The device plugin is removed from the node: the next scan publishes.
+	nodeObj.Status.Capacity = v1.ResourceList{}
+	_, err = n.client.CoreV1().Nodes().UpdateStatus(context.Background(), nodeObj, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	n.rescan <- struct{}{}
+	require.Eventually(t, func() bool {
+		l, err := n.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(l.Items) == 1
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Empty(t, n.prepare(c)[string(c.UID)].Error)
 }
 
 func (n *kubeletNode) setBootID(id string) {

@@ -44,9 +44,15 @@ type Plugin struct {
 	// HealthInterval is how often health is re-checked and re-sent (the
 	// kubelet treats a device as unknown after 30 s without a report).
 	HealthInterval time.Duration
-	Metrics        *Metrics
+	// Precheck, when set, runs before each scan and returns why the plugin
+	// must publish nothing ("" when it may publish): Serve uses it to stand
+	// aside on a node where the EFA device plugin owns the EFAs.
+	Metrics *Metrics
+
+	Precheck func(ctx context.Context) string
 
 	mu        sync.Mutex
+	blocked   string // why nothing is published; "" normally
 	pub       Publisher
 	current   *resourceslice.DriverResources // from the last scan
 	published *resourceslice.DriverResources // last published
@@ -236,6 +242,10 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 	p.mu.Lock()
 	pub, cur := p.pub, p.current
+	if p.blocked != "" {
+		// No pool at all: the controller removes the slices it published.
+		cur = &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
+	}
 	same := cur != nil && p.published != nil && apiequality.Semantic.DeepEqual(*p.published, *cur)
 	p.mu.Unlock()
 	if pub == nil || cur == nil || same {
@@ -258,6 +268,22 @@ func (p *Plugin) DeviceCount() int {
 	return len(p.inventory)
 }
 
+// Recheck runs Precheck (an API read, so it runs with the periodic rescans,
+// not with the health checks) and remembers why the plugin must publish
+// nothing.
+func (p *Plugin) Recheck(ctx context.Context) {
+	if p.Precheck == nil {
+		return
+	}
+	reason := p.Precheck(ctx)
+	p.mu.Lock()
+	if reason != p.blocked && reason != "" {
+		klog.FromContext(ctx).Error(errors.New(reason), "publishing no devices")
+	}
+	p.blocked = reason
+	p.mu.Unlock()
+}
+
 // Run rescans every interval and whenever rescan receives, until ctx ends.
 func (p *Plugin) Run(ctx context.Context, interval time.Duration, rescan <-chan struct{}) {
 	logger := klog.FromContext(ctx)
@@ -270,6 +296,7 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, rescan <-chan 
 		case <-t.C:
 		case <-rescan:
 		}
+		p.Recheck(ctx)
 		if published, err := p.Rescan(ctx); err != nil {
 			logger.Error(err, "rescan")
 		} else if published {
@@ -316,6 +343,9 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 	}
 	if c.Status.Allocation == nil {
 		return kubeletplugin.PrepareResult{}, errors.New("not allocated")
+	}
+	if p.blocked != "" {
+		return kubeletplugin.PrepareResult{}, errors.New(p.blocked)
 	}
 	inUse := map[string]string{}
 	for other, oc := range p.state.Claims {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -53,6 +54,30 @@ type ServeOptions struct {
 	Rescan <-chan struct{}
 	// Ready is closed once the plugin is registered and has published.
 	Ready chan<- struct{}
+	// AllowDevicePlugin lets the plugin publish on a node whose capacity
+	// shows AWS's EFA device plugin (vpc.amazonaws.com/efa). By default it
+	// publishes nothing there and says why: two owners of one EFA would
+	// hand it to two pods.
+	AllowDevicePlugin bool
+}
+
+// DevicePluginResource is the extended resource of AWS's EFA device plugin.
+const DevicePluginResource = "vpc.amazonaws.com/efa"
+
+// devicePluginCheck returns why the plugin must stand aside on its node:
+// the EFA device plugin's resource in the Node's capacity.
+func devicePluginCheck(client kubernetes.Interface, node string) func(ctx context.Context) string {
+	return func(ctx context.Context) string {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "reading the node to look for the EFA device plugin")
+			return ""
+		}
+		if q, ok := n.Status.Capacity[DevicePluginResource]; ok && !q.IsZero() {
+			return fmt.Sprintf("node %s has %s %s from AWS's EFA device plugin, which owns these EFAs: remove the device plugin from this node (or run with --allow-with-device-plugin)", node, q.String(), DevicePluginResource)
+		}
+		return ""
+	}
 }
 
 // Serve runs the kubelet plugin until ctx ends or a fatal error: it restores
@@ -97,6 +122,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		logger.Error(err, "restoring prepared claims")
 	}
 	plugin.Stop = func(err error) { cancel(err) }
+	if !o.AllowDevicePlugin {
+		plugin.Precheck = devicePluginCheck(o.KubeClient, o.Config.NodeName)
+	}
 	if o.HealthInterval > 0 {
 		plugin.HealthInterval = o.HealthInterval
 	}
@@ -123,6 +151,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	defer helper.Stop()
 	plugin.SetPublisher(helper)
+	plugin.Recheck(ctx)
 	if _, err := plugin.Publish(ctx); err != nil {
 		logger.Error(err, "publishing")
 	}

@@ -48,6 +48,7 @@ func main() {
 	flag.DurationVar(&o.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
 	flag.DurationVar(&o.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
 	flag.StringVar(&o.HTTPAddr, "http-address", env("HTTP_ADDRESS", ":8080"), "address for /healthz, /readyz and /metrics (\"\" for none)")
+	flag.BoolVar(&o.AllowDevicePlugin, "allow-with-device-plugin", os.Getenv("ALLOW_EFA_DEVICE_PLUGIN") == "true", "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node (env ALLOW_EFA_DEVICE_PLUGIN=true)")
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; in-cluster configuration when empty")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
