@@ -4,13 +4,13 @@ PKGS     := ./...
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all test lint unit bench-check modzip fixtures bench bench-compare fuzz build clean
+.PHONY: all test lint unit bench-check chart modzip fixtures bench bench-compare fuzz build clean
 
 all: build test
 
 ## test: everything CI checks: format, vet, unit tests with the race
 ## detector (fuzz seed corpora included), fixture drift, module zip.
-test: lint unit bench-check modzip
+test: lint unit bench-check chart modzip
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -25,6 +25,11 @@ unit:
 ## efakit, ghw and procfs), without running its benchmarks.
 bench-check:
 	cd bench && $(GO) test -race -count=1 ./...
+
+## chart: the Helm chart renders (helm from test/e2e's go.mod) into objects
+## that decode strictly into the API's types, with the security it needs.
+chart:
+	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## modzip: the committed tree packs as the module zip `go get` downloads.
 modzip:
@@ -54,6 +59,7 @@ fuzz:
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/efakit ./cmd/efakit
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/efakit-plugin ./cmd/efakit-plugin
 
 clean:
 	rm -rf bin

@@ -25,6 +25,8 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/sysfs"
 )
 
 const (
@@ -331,6 +333,36 @@ func TestKubeletConcurrentAndConflicts(t *testing.T) {
 	first := n.prepare(claims[1])[string(claims[1].UID)]
 	second := n.prepare(claims[1])[string(claims[1].UID)]
 	assert.Equal(t, first.String(), second.String())
+}
+
+// TestKubeletRollingUpdate: two plugin instances share a node's directories
+// during a rolling update; a claim one prepares is known to the other.
+func TestKubeletRollingUpdate(t *testing.T) {
+	c := claim("handover", "13131313-1313-1313-1313-131313131313", "efa-0000-4f-00-0")
+	other := claim("other", "14141414-1414-1414-1414-141414141414", "efa-0000-4f-00-0")
+	n := newNode(t, p5, c, other)
+	ctx := context.Background()
+	mk := func() *driver.Plugin {
+		root, err := sysfs.OpenCapture(p5)
+		require.NoError(t, err)
+		w, err := cdi.NewWriter(n.cdiDir(), "dra.net")
+		require.NoError(t, err)
+		p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w,
+			Store: checkpoint.NewStore(filepath.Join(n.dir, "plugins", "dra.net")), BootID: bootA})
+		require.NoError(t, err)
+		_, err = p.Rescan(ctx)
+		require.NoError(t, err)
+		return p
+	}
+	oldPod, newPod := mk(), mk()
+	res, err := oldPod.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
+	require.NoError(t, err)
+	require.NoError(t, res[c.UID].Err)
+	// The new pod, started before, must not hand the same EFA out again.
+	res, err = newPod.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{other})
+	require.NoError(t, err)
+	assert.ErrorContains(t, res[other.UID].Err, "already prepared for claim "+string(c.UID))
+	assert.Equal(t, []string{string(c.UID)}, newPod.Prepared())
 }
 
 func TestKubeletRestarts(t *testing.T) {

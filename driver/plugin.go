@@ -313,6 +313,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.reloadState(ctx)
 	for _, c := range claims {
 		start := time.Now()
 		res, err := p.prepare(c)
@@ -400,6 +401,19 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 	return p.result(claim), nil
 }
 
+// reloadState reads the checkpoint again before a kubelet call: during a
+// rolling update the other plugin pod (the helper's file lock lets one
+// serve at a time) may have prepared or unprepared claims since this one
+// loaded it. On a read error the state in memory stands.
+func (p *Plugin) reloadState(ctx context.Context) {
+	st, err := p.store.Load(p.bootID)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "reading the checkpoint again; going on with the state in memory")
+		return
+	}
+	p.state = st
+}
+
 func cloneState(s *checkpoint.State) *checkpoint.State {
 	n := &checkpoint.State{Version: s.Version, BootID: s.BootID, Claims: make(map[string]checkpoint.Claim, len(s.Claims)+1)}
 	for k, v := range s.Claims {
@@ -443,6 +457,7 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	out := make(map[types.UID]error, len(claims))
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.reloadState(ctx)
 	for _, c := range claims {
 		start := time.Now()
 		err := p.unprepare(string(c.UID))
