@@ -185,49 +185,50 @@ func p6b200() *machine {
 	return m.finish()
 }
 
-// trn1: no switches; each of four root buses holds 2 EFAs and 4 Trainium.
-func trn1() *machine {
-	m := newMachine("trn1.32xlarge", 5, 21, "0-127", "0-31,64-95", "32-63,96-127")
+// trainium1 lays out trn1 and trn1n: no switches; four root buses, each
+// with the given EFA slots and Trainium at 1b.0-1e.0. The first EFA of
+// root 10 is one interface with the ENA at 10:01.0.
+func trainium1(product string, seed int, efaSlots ...int) *machine {
+	m := newMachine(product, seed, 21, "0-127", "0-31,64-95", "32-63,96-127")
 	m.p2p = "NEURON"
 	m.legacyBus(0)
 	m.flatRoot(0x10, 0, at{0x01, ena("")})
 	for _, r := range []struct{ bus, node int }{{0x10, 0}, {0x20, 0}, {0x90, 1}, {0xa0, 1}} {
-		m.flatRoot(r.bus, r.node,
-			at{0x19, efa(0xefa1, rate100, "")}, at{0x1a, efa(0xefa1, rate100, "")},
-			at{0x1b, neuron(0x7164)}, at{0x1c, neuron(0x7164)}, at{0x1d, neuron(0x7164)}, at{0x1e, neuron(0x7164)})
+		var devs []at
+		for _, slot := range efaSlots {
+			devs = append(devs, at{slot, efa(0xefa1, rate100, "")})
+		}
+		for slot := 0x1b; slot <= 0x1e; slot++ {
+			devs = append(devs, at{slot, neuron(0x7164)})
+		}
+		m.flatRoot(r.bus, r.node, devs...)
 	}
-	m.eni(addr(0x10, 0x19), addr(0x10, 0x01))
+	m.eni(addr(0x10, efaSlots[0]), addr(0x10, 0x01))
 	m.addNeurons(2, "NDv2", "Trn1", "Trainium1", torus4x4)
+	m.Inf("Neuron PCI class 0x088000")
+	m.Inf("128 vCPUs: node 0 0-31,64-95, node 1 32-63,96-127, distance 21")
+	m.Inf("p2p file \"NEURON\" on every EFA")
+	return m
+}
+
+// trn1: each of four root buses holds 2 EFAs and 4 Trainium.
+func trn1() *machine {
+	m := trainium1("trn1.32xlarge", 5, 0x19, 0x1a)
 	m.Seen("roots pci0000:10, :20, :90, :a0 with no bridges; on each EFAs 1d0f:efa1 at 19.0 and 1a.0 (rdmap16s25, rdmap16s26, ...), Trainium 1d0f:7164 at 1b.0-1e.0 (driver neuron-driver)")
 	m.Seen("EFA rate %q; NUMA: roots 10 and 20 node 0, 90 and a0 node 1", rate100)
 	m.Src("neuron0-15 class devices: core_count 2, NDv2/Trn1/Trainium1, connected_devices the trn1 torus of HARDWARE.md; no link to the PCI function (index -> BDF is the HARDWARE.md table)")
-	m.Inf("Neuron PCI class 0x088000")
 	m.Inf("one ENA at 10:01.0 (netdev enp16s1), one interface with EFA rdmap16s25 (GID = EUI-64 of its MAC); no local NVMe disks")
-	m.Inf("128 vCPUs: node 0 0-31,64-95, node 1 32-63,96-127, distance 21")
-	m.Inf("p2p file \"NEURON\" on every EFA")
 	return m.finish()
 }
 
 // trn1n: trn1's roots and Neuron devices, with four EFAs a root at slots
 // 17-1a, one per Neuron device.
 func trn1n() *machine {
-	m := newMachine("trn1n.32xlarge", 9, 21, "0-127", "0-31,64-95", "32-63,96-127")
-	m.p2p = "NEURON"
-	m.legacyBus(0)
-	m.flatRoot(0x10, 0, at{0x01, ena("")})
-	for _, r := range []struct{ bus, node int }{{0x10, 0}, {0x20, 0}, {0x90, 1}, {0xa0, 1}} {
-		m.flatRoot(r.bus, r.node,
-			at{0x17, efa(0xefa1, rate100, "")}, at{0x18, efa(0xefa1, rate100, "")},
-			at{0x19, efa(0xefa1, rate100, "")}, at{0x1a, efa(0xefa1, rate100, "")},
-			at{0x1b, neuron(0x7164)}, at{0x1c, neuron(0x7164)}, at{0x1d, neuron(0x7164)}, at{0x1e, neuron(0x7164)})
-	}
-	m.eni(addr(0x10, 0x17), addr(0x10, 0x01))
-	m.addNeurons(2, "NDv2", "Trn1", "Trainium1", torus4x4)
+	m := trainium1("trn1n.32xlarge", 9, 0x17, 0x18, 0x19, 0x1a)
 	m.Seen("16 EFAs at slots 17, 18, 19, 1a of roots pci0000:10, :20, :90, :a0; Neuron devices as on trn1 (1b.0-1e.0)")
 	m.Src("neuron0-15 class devices as on trn1")
-	m.Inf("everything else as the trn1 fixture: EFA 1d0f:efa1 at %q, NUMA roots 10 and 20 node 0, 90 and a0 node 1, Neuron class 0x088000", rate100)
+	m.Inf("EFA 1d0f:efa1 at %q and NUMA as on trn1: roots 10 and 20 node 0, 90 and a0 node 1", rate100)
 	m.Inf("one ENA at 10:01.0, one interface with EFA rdmap16s23 (GID = EUI-64 of its MAC)")
-	m.Inf("128 vCPUs: node 0 0-31,64-95, node 1 32-63,96-127, distance 21")
 	return m.finish()
 }
 
