@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// controlPlane is etcd and a kube-apiserver on loopback, started for the
+// test binary and stopped with it.
+type controlPlane struct {
+	dir    string
+	url    string
+	config *rest.Config
+	client kubernetes.Interface
+	procs  []*exec.Cmd
+}
+
+const adminToken = "efakit-e2e-admin-token"
+
+var (
+	cpOnce sync.Once
+	cp     *controlPlane
+	cpErr  error
+)
+
+// binDir holds the Kubernetes binaries built from test/e2e/k8s/go.mod,
+// kept between runs (the Go build cache makes a rebuild quick).
+func binDir() (string, error) {
+	if d := os.Getenv("EFAKIT_E2E_BIN"); d != "" {
+		return d, nil
+	}
+	c, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(c, "efakit-e2e", "bin"), nil
+}
+
+// buildKube builds the control plane commands of test/e2e/k8s/go.mod.
+func buildKube(dir string, cmds ...string) error {
+	args := []string{"build", "-o", dir + "/"}
+	for _, c := range cmds {
+		args = append(args, "k8s.io/kubernetes/cmd/"+c)
+	}
+	b := exec.Command("go", args...)
+	b.Dir = "k8s"
+	out, err := b.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build %v: %v\n%s", cmds, err, out)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startControlPlane starts etcd (from the machine: Debian's etcd-server)
+// and a kube-apiserver with a static admin token and RBAC.
+func startControlPlane() (*controlPlane, error) {
+	etcd, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, fmt.Errorf("etcd is not installed (apt-get install etcd-server): %w", err)
+	}
+	bins, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := buildKube(bins, "kube-apiserver"); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "efakit-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	c := &controlPlane{dir: dir}
+	etcdPort, err1 := freePort()
+	peerPort, err2 := freePort()
+	apiPort, err3 := freePort()
+	if err := firstErr(err1, err2, err3); err != nil {
+		return nil, err
+	}
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	if err := c.start(etcd, "--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
+		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", peerPort)); err != nil {
+		return nil, err
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	keyFile := filepath.Join(dir, "sa.key")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return nil, err
+	}
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(adminToken+",admin,admin,system:masters\n"), 0o600); err != nil {
+		return nil, err
+	}
+	c.url = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	if err := c.start(filepath.Join(bins, "kube-apiserver"),
+		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(apiPort),
+		"--cert-dir", filepath.Join(dir, "certs"), "--token-auth-file", tokens,
+		"--service-account-issuer", "https://kubernetes.default.svc", "--service-account-key-file", keyFile,
+		"--service-account-signing-key-file", keyFile, "--authorization-mode", "Node,RBAC",
+		"--service-cluster-ip-range", "10.96.0.0/24", "--advertise-address", "127.0.0.1",
+		// A loopback address cannot be a kubernetes service endpoint.
+		"--endpoint-reconciler-type", "none"); err != nil {
+		return nil, err
+	}
+	c.config = &rest.Config{Host: c.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	if err := c.waitReady(90 * time.Second); err != nil {
+		c.stop()
+		return nil, err
+	}
+	c.client, err = kubernetes.NewForConfig(c.config)
+	return c, err
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (c *controlPlane) start(bin string, args ...string) error {
+	cmd := exec.Command(bin, args...)
+	log, err := os.Create(filepath.Join(c.dir, filepath.Base(bin)+".log"))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.procs = append(c.procs, cmd)
+	return nil
+}
+
+func (c *controlPlane) waitReady(timeout time.Duration) error {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest("GET", c.url+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(filepath.Join(c.dir, "kube-apiserver.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return fmt.Errorf("kube-apiserver not ready after %s:\n%s", timeout, b)
+}
+
+func (c *controlPlane) stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		_ = c.procs[i].Process.Kill()
+		_, _ = c.procs[i].Process.Wait()
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// apiServer returns the shared control plane, started on first use.
+func apiServer(t *testing.T) *controlPlane {
+	t.Helper()
+	cpOnce.Do(func() { cp, cpErr = startControlPlane() })
+	require.NoError(t, cpErr)
+	return cp
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cp != nil {
+		cp.stop()
+	}
+	os.Exit(code)
+}
