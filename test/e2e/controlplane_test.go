@@ -183,6 +183,15 @@ func (c *controlPlane) waitReady(timeout time.Duration) error {
 	return fmt.Errorf("kube-apiserver not ready after %s:\n%s", timeout, b)
 }
 
+// logTail is the end of a process's log.
+func (c *controlPlane) logTail(name string, n int) string {
+	b, _ := os.ReadFile(filepath.Join(c.dir, name+".log"))
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
 func (c *controlPlane) stop() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		_ = c.procs[i].Process.Kill()
