@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,15 @@ import (
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
+
+var schedOnce sync.Once
+var schedErr error
+
+// startSchedulerOnce starts the scheduler for the test binary.
+func (c *controlPlane) startSchedulerOnce() error {
+	schedOnce.Do(func() { schedErr = c.startScheduler() })
+	return schedErr
+}
 
 // startScheduler runs the real kube-scheduler against the control plane.
 func (c *controlPlane) startScheduler() error {
@@ -64,42 +74,54 @@ func createIgnoreExists(err error) error {
 	return err
 }
 
-// TestSchedulerPairsEFAs runs the users' claims and the templates `efakit
-// claims` prints through the real kube-scheduler, against the slices the
-// plugin publishes for a p5 node (the plugin running on the fixture, with
-// the real API server), and prepares them over the plugin's socket as the
-// kubelet does.
-func TestSchedulerPairsEFAs(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startScheduler())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	const node = "p5-node"
-	fixture := "../../testdata/sysfs/p5.48xlarge.sysfs"
+// e2eNode is one node of the e2e cluster: its Node object, NVIDIA-shaped
+// GPU slices, and efakit's plugin running on a fixture with a kubelet
+// stand-in registered over the plugin's sockets.
+type e2eNode struct {
+	t       *testing.T
+	c       *controlPlane
+	name    string
+	fixture string
+	mode    driver.GroupMode
+	dir     string
+	topo    *topology.Topology
+	gpuRoot map[string]string // GPU device -> pcieRoot
+	efaRoot map[string]string // published device -> pcieRoot
+	cancel  context.CancelFunc
+	done    chan error
+	rescan  chan struct{}
+	dra     drapb.DRAPluginClient
+	conns   []*grpc.ClientConn
+	cdi     *cdi.Writer
+}
 
+func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver.GroupMode) *e2eNode {
+	t.Helper()
+	ctx := context.Background()
+	n := &e2eNode{t: t, c: c, name: name, fixture: fixture, mode: mode, gpuRoot: map[string]string{}, efaRoot: map[string]string{}}
 	// No controller manager: the service account a pod needs by default.
 	_, err := c.client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
 	require.NoError(t, createIgnoreExists(err))
 
 	// The node, ready and schedulable, as a kubelet would register it.
-	n, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	node, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	n.Status.Capacity = corev1.ResourceList{"cpu": resource.MustParse("192"), "memory": resource.MustParse("2Ti"), "pods": resource.MustParse("110")}
-	n.Status.Allocatable = n.Status.Capacity
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-	n, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	node.Status.Capacity = corev1.ResourceList{"cpu": resource.MustParse("192"), "memory": resource.MustParse("2Ti"), "pods": resource.MustParse("110")}
+	node.Status.Allocatable = node.Status.Capacity
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	node, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	// The API server taints a new node not-ready; no node lifecycle
 	// controller runs here to lift it once it is Ready.
-	n.Spec.Taints = nil
-	_, err = c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	node.Spec.Taints = nil
+	_, err = c.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	require.NoError(t, err)
 
 	// Classes: efakit's and NVIDIA's; and GPU slices shaped like NVIDIA's
 	// driver's for the same machine.
 	root, err := sysfs.Open(fixture)
 	require.NoError(t, err)
-	topo, err := topology.Scan(root)
+	n.topo, err = topology.Scan(root)
 	require.NoError(t, err)
 	for _, dc := range append(driver.DeviceClasses("", ""), &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
@@ -110,128 +132,208 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 		require.NoError(t, createIgnoreExists(err))
 	}
 	var gpus []resourceapi.Device
-	gpuRoot := map[string]string{}
-	for _, g := range topo.Of(topology.KindGPU) {
-		s, _ := topo.StandardAttributes(g)
+	for _, g := range n.topo.Of(topology.KindGPU) {
+		s, _ := n.topo.StandardAttributes(g)
 		root, bus, typ := s.PCIeRoot, s.PCIBusID, "gpu"
-		name := strings.ToLower(g.Name)
-		gpuRoot[name] = root
-		gpus = append(gpus, resourceapi.Device{Name: name, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		dev := strings.ToLower(g.Name)
+		n.gpuRoot[dev] = root
+		gpus = append(gpus, resourceapi.Device{Name: dev, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			driver.AttrPCIeRoot: {StringValue: &root}, driver.AttrPCIBusID: {StringValue: &bus}, "type": {StringValue: &typ}}})
 	}
-	nodeName := node
-	_, err = c.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "gpus-" + node},
-		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}, Devices: gpus}}, metav1.CreateOptions{})
+	nodeName := name
+	_, err = c.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "gpus-" + name},
+		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: gpus}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	// The plugin, as the DaemonSet runs it, on the fixture.
-	dir, err := os.MkdirTemp("", "efa")
+	n.dir, err = os.MkdirTemp("", "efa")
 	require.NoError(t, err)
-	defer os.RemoveAll(dir)
+	t.Cleanup(func() { os.RemoveAll(n.dir) })
 	for _, d := range []string{"reg", "plugins", "cdi", "proc/sys/kernel/random"} {
-		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Join(n.dir, d), 0o755))
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "proc/sys/kernel/random/boot_id"), []byte("8a9c6a3e-6d51-4d0e-9a4b-1f0b3c7a2d11\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(n.dir, "proc/sys/kernel/random/boot_id"), []byte("8a9c6a3e-6d51-4d0e-9a4b-1f0b3c7a2d11\n"), 0o644))
+	n.cdi, err = cdi.NewWriter(filepath.Join(n.dir, "cdi"), "dra.net")
+	require.NoError(t, err)
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+// start runs the plugin, as the DaemonSet does, and registers it as the
+// kubelet does.
+func (n *e2eNode) start() {
+	t := n.t
+	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
-	done := make(chan error, 1)
+	n.cancel, n.done, n.rescan = cancel, make(chan error, 1), make(chan struct{})
 	go func() {
-		done <- driver.Serve(ctx, driver.ServeOptions{Config: driver.Config{NodeName: node}, KubeClient: c.client, SysfsRoot: fixture,
-			ProcRoot: filepath.Join(dir, "proc"), CDIRoot: filepath.Join(dir, "cdi"), RegistrarDir: filepath.Join(dir, "reg"),
-			PluginsDir: filepath.Join(dir, "plugins"), Ready: ready})
+		n.done <- driver.Serve(ctx, driver.ServeOptions{Config: driver.Config{NodeName: n.name, Groups: n.mode}, KubeClient: n.c.client, SysfsRoot: n.fixture,
+			ProcRoot: filepath.Join(n.dir, "proc"), CDIRoot: filepath.Join(n.dir, "cdi"), RegistrarDir: filepath.Join(n.dir, "reg"),
+			PluginsDir: filepath.Join(n.dir, "plugins"), Ready: ready, Rescan: n.rescan})
 	}()
 	select {
 	case <-ready:
-	case err := <-done:
+	case err := <-n.done:
 		t.Fatalf("plugin stopped: %v", err)
 	case <-time.After(60 * time.Second):
 		t.Fatal("plugin not ready")
 	}
-	regConn, err := grpc.NewClient("unix://"+filepath.Join(dir, "reg", "dra.net-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	regConn, err := grpc.NewClient("unix://"+filepath.Join(n.dir, "reg", "dra.net-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	defer regConn.Close()
-	info, err := registerapi.NewRegistrationClient(regConn).GetInfo(ctx, &registerapi.InfoRequest{})
+	reg := registerapi.NewRegistrationClient(regConn)
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
 	require.NoError(t, err)
-	_, err = registerapi.NewRegistrationClient(regConn).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
+	_, err = reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
 	require.NoError(t, err)
 	draConn, err := grpc.NewClient("unix://"+info.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	defer draConn.Close()
-	dra := drapb.NewDRAPluginClient(draConn)
+	n.conns = []*grpc.ClientConn{regConn, draConn}
+	n.dra = drapb.NewDRAPluginClient(draConn)
+}
 
-	// The published slices reach the API server.
-	efaRoot := map[string]string{}
-	require.Eventually(t, func() bool {
-		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + node})
-		if err != nil || len(l.Items) != 1 || len(l.Items[0].Spec.Devices) != 32 {
+func (n *e2eNode) stop() {
+	if n.cancel == nil {
+		return
+	}
+	for _, c := range n.conns {
+		c.Close()
+	}
+	n.cancel()
+	select {
+	case err := <-n.done:
+		require.NoError(n.t, err)
+	case <-time.After(20 * time.Second):
+		n.t.Fatal("plugin did not stop")
+	}
+	n.cancel = nil
+}
+
+// slices waits for the plugin's slices of the node on the API server and
+// returns them, noting each device's root.
+func (n *e2eNode) slices(devices int) []resourceapi.ResourceSlice {
+	n.t.Helper()
+	var out []resourceapi.ResourceSlice
+	require.Eventually(n.t, func() bool {
+		l, err := n.c.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name})
+		if err != nil {
 			return false
 		}
-		for _, d := range l.Items[0].Spec.Devices {
-			efaRoot[d.Name] = *d.Attributes[driver.AttrPCIeRoot].StringValue
+		got := 0
+		for _, s := range l.Items {
+			for _, d := range s.Spec.Devices {
+				n.efaRoot[d.Name] = *d.Attributes[driver.AttrPCIeRoot].StringValue
+				got++
+			}
 		}
-		return true
-	}, 30*time.Second, 100*time.Millisecond, "the plugin's 32 EFAs on the API server")
+		out = l.Items
+		return got == devices
+	}, 30*time.Second, 100*time.Millisecond, "%s: the plugin's %d devices on the API server", n.name, devices)
+	return out
+}
 
-	// schedule creates a claim from spec and pods using it, waits until
-	// the scheduler allocated it and bound them, and prepares it as the
-	// kubelet would, once for the node.
-	w, err := cdi.NewWriter(filepath.Join(dir, "cdi"), "dra.net")
+// schedule creates a claim from spec and pods using it on this node, waits
+// until the real scheduler allocated it and bound them, and prepares it as
+// the kubelet would, once for the node. It returns the claim and the uverbs
+// nodes of its CDI spec.
+func (n *e2eNode) schedule(name string, spec resourceapi.ResourceClaimSpec, pods int) (*resourceapi.ResourceClaim, []string) {
+	t, ctx, c := n.t, context.Background(), n.c
+	t.Helper()
+	claim, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	schedule := func(name string, spec resourceapi.ResourceClaimSpec, pods int) (*resourceapi.ResourceClaim, []string) {
-		t.Helper()
-		claim, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	for i := range pods {
+		cn := name
+		_, err := c.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i)},
+			Spec: corev1.PodSpec{
+				NodeSelector:   map[string]string{"kubernetes.io/hostname": n.name},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimName: &cn}},
+				Containers: []corev1.Container{{Name: "app", Image: "app",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "c"}}}}},
+			},
+		}, metav1.CreateOptions{})
 		require.NoError(t, err)
+	}
+	scheduled := func() bool {
 		for i := range pods {
-			cn := name
-			_, err := c.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i)},
-				Spec: corev1.PodSpec{
-					ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimName: &cn}},
-					Containers: []corev1.Container{{Name: "app", Image: "app",
-						Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "c"}}}}},
-				},
-			}, metav1.CreateOptions{})
-			require.NoError(t, err)
-		}
-		scheduled := func() bool {
-			for i := range pods {
-				p, err := c.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("%s-%d", name, i), metav1.GetOptions{})
-				if err != nil || p.Spec.NodeName != node {
-					return false
-				}
-			}
-			claim, err = c.client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
-			return err == nil && claim.Status.Allocation != nil
-		}
-		for deadline := time.Now().Add(60 * time.Second); !scheduled(); time.Sleep(200 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				p, _ := c.client.CoreV1().Pods("default").Get(ctx, name+"-0", metav1.GetOptions{})
-				t.Fatalf("%s: not scheduled: pod status %+v\nscheduler log:\n%s", name, p.Status, c.logTail("kube-scheduler", 3000))
+			p, err := c.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("%s-%d", name, i), metav1.GetOptions{})
+			if err != nil || p.Spec.NodeName != n.name {
+				return false
 			}
 		}
-		resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: "default", Name: name, Uid: string(claim.UID)}}})
-		require.NoError(t, err)
-		r := resp.Claims[string(claim.UID)]
-		require.NotNil(t, r)
-		require.Empty(t, r.Error, name)
-		spec2, err := w.Load(string(claim.UID))
-		require.NoError(t, err)
-		var nodes []string
-		for _, d := range spec2.Devices {
-			for _, dn := range d.ContainerEdits.DeviceNodes {
-				nodes = append(nodes, dn.Path)
-			}
-		}
-		sort.Strings(nodes)
-		return claim, nodes
+		claim, err = c.client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+		return err == nil && claim.Status.Allocation != nil
 	}
-	// byReq maps each request of an allocation to its devices.
-	byReq := func(cl *resourceapi.ResourceClaim) map[string][]string {
-		out := map[string][]string{}
-		for _, r := range cl.Status.Allocation.Devices.Results {
-			out[r.Request] = append(out[r.Request], r.Device)
+	for deadline := time.Now().Add(60 * time.Second); !scheduled(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			p, _ := c.client.CoreV1().Pods("default").Get(ctx, name+"-0", metav1.GetOptions{})
+			t.Fatalf("%s: not scheduled: pod status %+v\nscheduler log:\n%s", name, p.Status, c.logTail("kube-scheduler", 3000))
 		}
-		return out
 	}
+	return claim, n.prepare(claim)
+}
+
+// prepare calls NodePrepareResources for a claim as the kubelet does and
+// returns the uverbs nodes of the CDI spec the plugin wrote.
+func (n *e2eNode) prepare(claim *resourceapi.ResourceClaim) []string {
+	t := n.t
+	t.Helper()
+	resp, err := n.dra.NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}}})
+	require.NoError(t, err)
+	r := resp.Claims[string(claim.UID)]
+	require.NotNil(t, r)
+	require.Empty(t, r.Error, claim.Name)
+	spec, err := n.cdi.Load(string(claim.UID))
+	require.NoError(t, err)
+	var nodes []string
+	for _, d := range spec.Devices {
+		for _, dn := range d.ContainerEdits.DeviceNodes {
+			nodes = append(nodes, dn.Path)
+		}
+	}
+	sort.Strings(nodes)
+	return nodes
+}
+
+// byReq maps each request of an allocation to its devices.
+func byReq(cl *resourceapi.ResourceClaim) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range cl.Status.Allocation.Devices.Results {
+		out[r.Request] = append(out[r.Request], r.Device)
+	}
+	return out
+}
+
+func template(t *testing.T, tms []driver.Template, name string) *resourceapi.ResourceClaimTemplate {
+	t.Helper()
+	for _, tm := range tms {
+		if tm.Template.Name == name {
+			return tm.Template
+		}
+	}
+	t.Fatalf("no template %s", name)
+	return nil
+}
+
+// TestSchedulerPairsEFAs runs the users' claims and the templates `efakit
+// claims` prints through the real kube-scheduler, against the slices the
+// plugin publishes for a p5 node (the plugin on the fixture, with the real
+// API server), and prepares them over the plugin's socket as the kubelet
+// does. Then it deletes the plugin's slice, restarts the plugin and wipes
+// its CDI directory: each heals, and no prepared claim is lost.
+func TestSchedulerPairsEFAs(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	ctx := context.Background()
+	n := newE2ENode(t, c, "p5-node", "../../testdata/sysfs/p5.48xlarge.sysfs", driver.GroupsNone)
+	published := n.slices(32)
+
+	// A steady node makes no API writes: two rescans later, the slice is
+	// the same object.
+	n.rescan <- struct{}{}
+	n.rescan <- struct{}{}
+	time.Sleep(500 * time.Millisecond)
+	again := n.slices(32)
+	assert.Equal(t, published[0].ResourceVersion, again[0].ResourceVersion, "a rescan that finds nothing new writes nothing")
 
 	// The users' aligned-efa-nvidia: the EFA shares the GPU's root.
 	var tmpl resourceapi.ResourceClaimTemplate
@@ -241,43 +343,80 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 		}
 	}
 	require.Equal(t, "aligned-efa-nvidia", tmpl.Name)
-	claim, nodes := schedule("pair", tmpl.Spec.Spec, 1)
-	reqs := byReq(claim)
+	pair, pairNodes := n.schedule("pair", tmpl.Spec.Spec, 1)
+	reqs := byReq(pair)
 	require.Len(t, reqs["1-efa"], 1)
-	assert.Equal(t, gpuRoot[reqs["1-gpu"][0]], efaRoot[reqs["1-efa"][0]], "EFA and GPU on one PCIe root")
-	assert.Len(t, nodes, 1, "exactly the allocated uverbs device")
+	assert.Equal(t, n.gpuRoot[reqs["1-gpu"][0]], n.efaRoot[reqs["1-efa"][0]], "EFA and GPU on one PCIe root")
+	assert.Len(t, pairNodes, 1, "exactly the allocated uverbs device")
 
 	// One claim shared by two pods: both bound, the same four EFAs.
 	shared := resourceapi.ResourceClaimSpec{}
 	shared.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 4}}}
-	claim, nodes = schedule("shared", shared, 2)
+	claim, nodes := n.schedule("shared", shared, 2)
 	assert.Len(t, claim.Status.ReservedFor, 2, "reserved for both pods")
 	assert.Len(t, nodes, 4)
 
-	// efakit's "GPU with its EFAs", for the GPUs left: each claim gets the
-	// four EFAs behind its GPU's switch.
-	tms, _ := driver.ClaimTemplates(topo, driver.GroupsNone, "")
-	var gpuWithEFAs *resourceapi.ResourceClaimTemplate
-	for _, tm := range tms {
-		if tm.Template.Name == "gpu-with-efas" {
-			gpuWithEFAs = tm.Template
-		}
-	}
-	require.NotNil(t, gpuWithEFAs)
-	for i := range 6 { // 8 GPUs: one went to "pair"; the shared claim took 4 EFAs of some root
-		claim, nodes := schedule(fmt.Sprintf("gpu-efas-%d", i), gpuWithEFAs.Spec.Spec, 1)
+	// efakit's "GPU with its EFAs" for the GPUs left: each claim gets the
+	// four EFAs behind its GPU's switch. The scheduler fills first, so the
+	// pair and the shared claim used the first two roots.
+	tms, _ := driver.ClaimTemplates(n.topo, driver.GroupsNone, "")
+	gpuWithEFAs := template(t, tms, "gpu-with-efas")
+	for i := range 6 {
+		claim, nodes := n.schedule(fmt.Sprintf("gpu-efas-%d", i), gpuWithEFAs.Spec.Spec, 1)
 		reqs := byReq(claim)
 		require.Len(t, reqs["efas"], 4)
 		for _, e := range reqs["efas"] {
-			assert.Equal(t, gpuRoot[reqs["gpu"][0]], efaRoot[e])
+			assert.Equal(t, n.gpuRoot[reqs["gpu"][0]], n.efaRoot[e])
 		}
 		assert.Len(t, nodes, 4)
 	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("plugin did not stop")
+
+	// A deleted ResourceSlice comes back.
+	require.NoError(t, c.client.ResourceV1().ResourceSlices().Delete(ctx, published[0].Name, metav1.DeleteOptions{}))
+	n.slices(32)
+
+	// A plugin restart, and a CDI directory wiped while the claims stay
+	// prepared: the specs are written again, and the claims are still held.
+	n.stop()
+	require.NoError(t, os.RemoveAll(filepath.Join(n.dir, "cdi")))
+	n.start()
+	_, err := n.cdi.Load(string(pair.UID))
+	require.NoError(t, err, "the pair's CDI spec is back after the restart, before any call")
+	assert.Equal(t, pairNodes, n.prepare(pair), "the same device, prepared again after the restart")
+	resp, err := n.dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: "default", Name: pair.Name, Uid: string(pair.UID)}}})
+	require.NoError(t, err)
+	assert.Empty(t, resp.Claims[string(pair.UID)].Error)
+	_, err = n.cdi.Load(string(pair.UID))
+	assert.ErrorIs(t, err, os.ErrNotExist, "unprepared: its spec is gone")
+}
+
+// TestSchedulerGroupModes: the "GPUs with their EFA group" template through
+// the real scheduler on p5en nodes publishing groups, exclusive and mixed;
+// a group prepares as every EFA of its root.
+func TestSchedulerGroupModes(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	for _, mode := range []driver.GroupMode{driver.GroupsExclusive, driver.GroupsMixed} {
+		t.Run(string(mode), func(t *testing.T) {
+			n := newE2ENode(t, c, "p5en-"+string(mode), "../../testdata/sysfs/p5en.48xlarge.sysfs", mode)
+			devices := 4 // four roots, one group each
+			if mode == driver.GroupsMixed {
+				devices += 16
+			}
+			n.slices(devices)
+			tms, _ := driver.ClaimTemplates(n.topo, mode, "")
+			tm := template(t, tms, "gpus-with-efa-group")
+			for i := range 4 {
+				claim, nodes := n.schedule(fmt.Sprintf("%s-group-%d", mode, i), tm.Spec.Spec, 1)
+				reqs := byReq(claim)
+				require.Len(t, reqs["gpus"], 2)
+				require.Len(t, reqs["efas"], 1)
+				for _, g := range reqs["gpus"] {
+					assert.Equal(t, n.gpuRoot[g], n.efaRoot[reqs["efas"][0]], "the group of the GPUs' root")
+				}
+				assert.Len(t, nodes, 4, "a group gives the container all four EFAs of its root")
+			}
+		})
 	}
 }
 
