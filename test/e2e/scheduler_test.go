@@ -33,10 +33,34 @@ import (
 var schedOnce sync.Once
 var schedErr error
 
-// startSchedulerOnce starts the scheduler for the test binary.
+// startSchedulerOnce starts kube-scheduler and kube-controller-manager (for
+// ResourceClaims made from templates) for the test binary.
 func (c *controlPlane) startSchedulerOnce() error {
-	schedOnce.Do(func() { schedErr = c.startScheduler() })
+	schedOnce.Do(func() {
+		if schedErr = c.startScheduler(); schedErr == nil {
+			schedErr = c.startControllerManager()
+		}
+	})
 	return schedErr
+}
+
+// startControllerManager runs kube-controller-manager with the resource
+// claim controller, which turns a pod's ResourceClaimTemplate into its
+// ResourceClaim.
+func (c *controlPlane) startControllerManager() error {
+	bins, err := binDir()
+	if err != nil {
+		return err
+	}
+	if err := buildKube(bins, "kube-controller-manager"); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	return c.start(filepath.Join(bins, "kube-controller-manager"), "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
+		"--leader-elect=false", "--controllers=resourceclaim-controller", "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port))
 }
 
 // startScheduler runs the real kube-scheduler against the control plane.
@@ -388,6 +412,58 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 	assert.Empty(t, resp.Claims[string(pair.UID)].Error)
 	_, err = n.cdi.Load(string(pair.UID))
 	assert.ErrorIs(t, err, os.ErrNotExist, "unprepared: its spec is gone")
+}
+
+// TestSchedulerTemplates: pods that name a ResourceClaimTemplate (the
+// users' aligned-efa-nvidia, one claim per pod) get their claims from the
+// real controller manager, the scheduler pairs each, and each prepares.
+func TestSchedulerTemplates(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	ctx := context.Background()
+	n := newE2ENode(t, c, "p4d-node", "../../testdata/sysfs/p4d.24xlarge.sysfs", driver.GroupsNone)
+	n.slices(4)
+	var tmpl resourceapi.ResourceClaimTemplate
+	for _, doc := range strings.Split(readClaims(t), "\n---") {
+		if strings.Contains(doc, "name: aligned-efa-nvidia\n") {
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &tmpl))
+		}
+	}
+	tmpl.Namespace = "default"
+	tmpl.Name = "p4d-aligned-efa-nvidia"
+	_, err := c.client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &tmpl, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// p4d has four roots, each with one EFA: four pods fit.
+	for i := range 4 {
+		tn := tmpl.Name
+		_, err := c.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tmpl-%d", i)},
+			Spec: corev1.PodSpec{
+				NodeSelector:   map[string]string{"kubernetes.io/hostname": n.name},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimTemplateName: &tn}},
+				Containers: []corev1.Container{{Name: "app", Image: "app",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "c"}}}}},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	roots := map[string]bool{}
+	for i := range 4 {
+		var claim *resourceapi.ResourceClaim
+		require.Eventually(t, func() bool {
+			p, err := c.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("tmpl-%d", i), metav1.GetOptions{})
+			if err != nil || p.Spec.NodeName != n.name || len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+				return false
+			}
+			claim, err = c.client.ResourceV1().ResourceClaims("default").Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+			return err == nil && claim.Status.Allocation != nil
+		}, 60*time.Second, 200*time.Millisecond, "pod tmpl-%d: claim from the template, allocated, bound", i)
+		reqs := byReq(claim)
+		assert.Equal(t, n.gpuRoot[reqs["1-gpu"][0]], n.efaRoot[reqs["1-efa"][0]])
+		roots[n.efaRoot[reqs["1-efa"][0]]] = true
+		assert.Len(t, n.prepare(claim), 1)
+	}
+	assert.Len(t, roots, 4, "one pod per root")
 }
 
 // TestSchedulerGroupModes: the "GPUs with their EFA group" template through
