@@ -26,6 +26,7 @@ import (
 type controlPlane struct {
 	dir    string
 	url    string
+	apiCmd []string // kube-apiserver and its arguments, for a restart
 	config *rest.Config
 	client kubernetes.Interface
 	procs  []*exec.Cmd
@@ -120,14 +121,15 @@ func startControlPlane() (*controlPlane, error) {
 		return nil, err
 	}
 	c.url = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	if err := c.start(filepath.Join(bins, "kube-apiserver"),
+	c.apiCmd = []string{filepath.Join(bins, "kube-apiserver"),
 		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(apiPort),
 		"--cert-dir", filepath.Join(dir, "certs"), "--token-auth-file", tokens,
 		"--service-account-issuer", "https://kubernetes.default.svc", "--service-account-key-file", keyFile,
 		"--service-account-signing-key-file", keyFile, "--authorization-mode", "Node,RBAC",
 		"--service-cluster-ip-range", "10.96.0.0/24", "--advertise-address", "127.0.0.1",
 		// A loopback address cannot be a kubernetes service endpoint.
-		"--endpoint-reconciler-type", "none"); err != nil {
+		"--endpoint-reconciler-type", "none"}
+	if err := c.start(c.apiCmd[0], c.apiCmd[1:]...); err != nil {
 		return nil, err
 	}
 	c.config = &rest.Config{Host: c.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
@@ -181,6 +183,23 @@ func (c *controlPlane) waitReady(timeout time.Duration) error {
 		b = b[len(b)-4000:]
 	}
 	return fmt.Errorf("kube-apiserver not ready after %s:\n%s", timeout, b)
+}
+
+// restartAPIServer stops kube-apiserver and starts it again on the same
+// port and etcd.
+func (c *controlPlane) restartAPIServer() error {
+	for i, p := range c.procs {
+		if p.Path == c.apiCmd[0] {
+			_ = p.Process.Kill()
+			_, _ = p.Process.Wait()
+			c.procs = append(c.procs[:i], c.procs[i+1:]...)
+			break
+		}
+	}
+	if err := c.start(c.apiCmd[0], c.apiCmd[1:]...); err != nil {
+		return err
+	}
+	return c.waitReady(90 * time.Second)
 }
 
 // logTail is the end of a process's log.

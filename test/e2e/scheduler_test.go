@@ -506,3 +506,27 @@ func readClaims(t *testing.T) string {
 	t.Fatal("no seed-claims.yaml")
 	return ""
 }
+
+// TestAPIServerRestart: the API server goes away and comes back; the
+// plugin's slices and prepared claims survive, and a slice deleted
+// afterwards is published again (the plugin's watch reconnected).
+func TestAPIServerRestart(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	ctx := context.Background()
+	n := newE2ENode(t, c, "p5-restart", "../../testdata/sysfs/p5.48xlarge.sysfs", driver.GroupsNone)
+	n.slices(32)
+	one := resourceapi.ResourceClaimSpec{}
+	one.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 1}}}
+	claim, nodes := n.schedule("before-restart", one, 1)
+	require.NoError(t, c.restartAPIServer())
+	published := n.slices(32)
+	assert.Equal(t, nodes, n.prepare(claim), "still prepared, same device")
+	require.NoError(t, c.client.ResourceV1().ResourceSlices().Delete(ctx, published[0].Name, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name})
+		return err == nil && len(l.Items) == 1 && l.Items[0].Name != published[0].Name
+	}, 60*time.Second, 200*time.Millisecond, "the deleted slice published again after the restart")
+	after, _ := n.schedule("after-restart", one, 1)
+	assert.Len(t, n.prepare(after), 1)
+}
