@@ -4,13 +4,13 @@ PKGS     := ./...
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all test lint unit bench-check e2e-deps e2e modzip fixtures bench bench-compare fuzz build clean
+.PHONY: all test lint unit bench-check e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
 
 all: build test
 
 ## test: everything CI checks: format, vet, unit tests with the race
 ## detector (fuzz seed corpora included), fixture drift, module zip.
-test: lint unit bench-check e2e modzip
+test: lint unit bench-check e2e image-check modzip
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -38,6 +38,15 @@ e2e-deps:
 ## another node's slices.
 e2e: e2e-deps
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./...
+
+## image: the efakit-plugin OCI image, built without a container engine
+## (tools/image: go-containerregistry), as an OCI layout in bin/image.
+image:
+	cd tools/image && $(GO) run . -o ../../bin/image -version $(VERSION)
+
+## image-check: the image builds, runs as non-root, and its binaries run.
+image-check:
+	cd tools/image && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## modzip: the committed tree packs as the module zip `go get` downloads.
 modzip:
