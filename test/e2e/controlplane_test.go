@@ -133,6 +133,16 @@ func startControlPlane() (*controlPlane, error) {
 		return nil, err
 	}
 	c.config = &rest.Config{Host: c.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: %q}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
+current-context: e2e
+`, c.url, adminToken)
+	if err := os.WriteFile(filepath.Join(dir, "admin.kubeconfig"), []byte(kc), 0o600); err != nil {
+		return nil, err
+	}
 	if err := c.waitReady(90 * time.Second); err != nil {
 		c.stop()
 		return nil, err

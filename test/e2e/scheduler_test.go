@@ -3,11 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,16 +77,6 @@ func (c *controlPlane) startScheduler() error {
 		return err
 	}
 	kubeconfig := filepath.Join(c.dir, "admin.kubeconfig")
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: e2e, cluster: {server: %q, insecure-skip-tls-verify: true}}]
-users: [{name: admin, user: {token: %q}}]
-contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
-current-context: e2e
-`, c.url, adminToken)
-	if err := os.WriteFile(kubeconfig, []byte(kc), 0o600); err != nil {
-		return err
-	}
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -111,9 +105,8 @@ type e2eNode struct {
 	topo    *topology.Topology
 	gpuRoot map[string]string // GPU device -> pcieRoot
 	efaRoot map[string]string // published device -> pcieRoot
-	cancel  context.CancelFunc
-	done    chan error
-	rescan  chan struct{}
+	proc    *exec.Cmd
+	http    string // the plugin's /healthz, /readyz, /metrics
 	dra     drapb.DRAPluginClient
 	conns   []*grpc.ClientConn
 	cdi     *cdi.Writer
@@ -169,6 +162,26 @@ func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver
 		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: gpus}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
+	// Neuron devices, shaped like the Neuron driver's: their device groups.
+	var neurons []resourceapi.Device
+	for _, d := range n.topo.Of(topology.KindNeuron) {
+		if d.Groups == nil {
+			continue
+		}
+		g := *d.Groups
+		neurons = append(neurons, resourceapi.Device{Name: fmt.Sprintf("neuron-%d", d.NeuronIndex), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			driver.AttrGroup1: {StringValue: &g.Group1}, driver.AttrGroup4: {StringValue: &g.Group4},
+			driver.AttrGroup8: {StringValue: &g.Group8}, driver.AttrGroup16: {StringValue: &g.Group16}}})
+	}
+	if len(neurons) > 0 {
+		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "neuron.aws.com"},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "neuron.aws.com"`}}}}}, metav1.CreateOptions{})
+		require.NoError(t, createIgnoreExists(err))
+		_, err = c.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "neurons-" + name},
+			Spec: resourceapi.ResourceSliceSpec{Driver: "neuron.aws.com", NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: neurons}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
 	n.dir, err = os.MkdirTemp("", "efa")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(n.dir) })
@@ -183,26 +196,53 @@ func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver
 	return n
 }
 
-// start runs the plugin, as the DaemonSet does, and registers it as the
-// kubelet does.
+var (
+	pluginOnce sync.Once
+	pluginBin  string
+	pluginErr  error
+)
+
+// pluginBinary builds cmd/efakit-plugin once for the test binary.
+func pluginBinary() (string, error) {
+	pluginOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "efakit-plugin-bin")
+		if err != nil {
+			pluginErr = err
+			return
+		}
+		pluginBin = filepath.Join(dir, "efakit-plugin")
+		out, err := exec.Command("go", "build", "-o", pluginBin, "github.com/efakit/efakit/cmd/efakit-plugin").CombinedOutput()
+		if err != nil {
+			pluginErr = fmt.Errorf("go build efakit-plugin: %v\n%s", err, out)
+		}
+	})
+	return pluginBin, pluginErr
+}
+
+// start runs the efakit-plugin binary with the flags the DaemonSet gives
+// it (and a kubeconfig), then registers it as the kubelet does and waits
+// for its /readyz.
 func (n *e2eNode) start() {
 	t := n.t
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	n.cancel, n.done, n.rescan = cancel, make(chan error, 1), make(chan struct{})
-	go func() {
-		n.done <- driver.Serve(ctx, driver.ServeOptions{Config: driver.Config{NodeName: n.name, Groups: n.mode}, KubeClient: n.c.client, SysfsRoot: n.fixture,
-			ProcRoot: filepath.Join(n.dir, "proc"), CDIRoot: filepath.Join(n.dir, "cdi"), RegistrarDir: filepath.Join(n.dir, "reg"),
-			PluginsDir: filepath.Join(n.dir, "plugins"), Ready: ready, Rescan: n.rescan})
-	}()
-	select {
-	case <-ready:
-	case err := <-n.done:
-		t.Fatalf("plugin stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("plugin not ready")
-	}
-	regConn, err := grpc.NewClient("unix://"+filepath.Join(n.dir, "reg", "dra.net-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	bin, err := pluginBinary()
+	require.NoError(t, err)
+	port, err := freePort()
+	require.NoError(t, err)
+	cmd := exec.Command(bin, "--node-name", n.name, "--kubeconfig", filepath.Join(n.c.dir, "admin.kubeconfig"),
+		"--sysfs", n.fixture, "--proc", filepath.Join(n.dir, "proc"), "--cdi-root", filepath.Join(n.dir, "cdi"),
+		"--kubelet-registrar-directory-path", filepath.Join(n.dir, "reg"), "--kubelet-plugins-directory-path", filepath.Join(n.dir, "plugins"),
+		"--groups", modeFlag(n.mode), "--http-address", fmt.Sprintf("127.0.0.1:%d", port), "-v", "2")
+	log, err := os.OpenFile(filepath.Join(n.dir, "plugin.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	n.proc = cmd
+	n.http = fmt.Sprintf("http://127.0.0.1:%d", port)
+	ctx := context.Background()
+	sock := filepath.Join(n.dir, "reg", "dra.net-reg.sock")
+	require.Eventually(t, func() bool { _, err := os.Stat(sock); return err == nil }, 60*time.Second, 50*time.Millisecond,
+		"the plugin's registration socket; log:\n%s", n.log())
+	regConn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	reg := registerapi.NewRegistrationClient(regConn)
 	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
@@ -213,23 +253,53 @@ func (n *e2eNode) start() {
 	require.NoError(t, err)
 	n.conns = []*grpc.ClientConn{regConn, draConn}
 	n.dra = drapb.NewDRAPluginClient(draConn)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(n.http + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond, "/readyz after registration")
 }
 
+func modeFlag(m driver.GroupMode) string {
+	if m == driver.GroupsNone {
+		return "none"
+	}
+	return string(m)
+}
+
+func (n *e2eNode) log() string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// rescanNow asks the plugin to scan sysfs now, as an operator would.
+func (n *e2eNode) rescanNow() { require.NoError(n.t, n.proc.Process.Signal(syscall.SIGHUP)) }
+
+// stop sends SIGTERM, as the kubelet does to a pod, and expects a clean exit.
 func (n *e2eNode) stop() {
-	if n.cancel == nil {
+	if n.proc == nil {
 		return
 	}
 	for _, c := range n.conns {
 		c.Close()
 	}
-	n.cancel()
+	require.NoError(n.t, n.proc.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- n.proc.Wait() }()
 	select {
-	case err := <-n.done:
-		require.NoError(n.t, err)
+	case err := <-done:
+		require.NoError(n.t, err, "clean exit on SIGTERM; log:\n%s", n.log())
 	case <-time.After(20 * time.Second):
-		n.t.Fatal("plugin did not stop")
+		_ = n.proc.Process.Kill()
+		n.t.Fatal("plugin did not stop on SIGTERM")
 	}
-	n.cancel = nil
+	n.proc = nil
 }
 
 // slices waits for the plugin's slices of the node on the API server and
@@ -353,8 +423,8 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 
 	// A steady node makes no API writes: two rescans later, the slice is
 	// the same object.
-	n.rescan <- struct{}{}
-	n.rescan <- struct{}{}
+	n.rescanNow()
+	n.rescanNow()
 	time.Sleep(500 * time.Millisecond)
 	again := n.slices(32)
 	assert.Equal(t, published[0].ResourceVersion, again[0].ResourceVersion, "a rescan that finds nothing new writes nothing")
@@ -373,10 +443,11 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 	assert.Equal(t, n.gpuRoot[reqs["1-gpu"][0]], n.efaRoot[reqs["1-efa"][0]], "EFA and GPU on one PCIe root")
 	assert.Len(t, pairNodes, 1, "exactly the allocated uverbs device")
 
-	// One claim shared by two pods: both bound, the same four EFAs.
-	shared := resourceapi.ResourceClaimSpec{}
-	shared.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 4}}}
-	claim, nodes := n.schedule("shared", shared, 2)
+	// The users' shared-efa, one claim shared by two pods: both bound, the
+	// same four EFAs.
+	var shared resourceapi.ResourceClaim
+	require.NoError(t, yaml.Unmarshal([]byte(claimDoc(t, "seed-claims.yaml", "shared-efa")), &shared))
+	claim, nodes := n.schedule("shared", shared.Spec, 2)
 	assert.Len(t, claim.Status.ReservedFor, 2, "reserved for both pods")
 	assert.Len(t, nodes, 4)
 
@@ -395,6 +466,14 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 		assert.Len(t, nodes, 4)
 	}
 
+	// The plugin's metrics counted the prepares.
+	resp, err := http.Get(n.http + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), `efakit_plugin_calls_total{op="prepare",result="ok"}`)
+	assert.Contains(t, string(body), "efakit_plugin_devices 32")
+
 	// A deleted ResourceSlice comes back.
 	require.NoError(t, c.client.ResourceV1().ResourceSlices().Delete(ctx, published[0].Name, metav1.DeleteOptions{}))
 	n.slices(32)
@@ -404,12 +483,12 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 	n.stop()
 	require.NoError(t, os.RemoveAll(filepath.Join(n.dir, "cdi")))
 	n.start()
-	_, err := n.cdi.Load(string(pair.UID))
+	_, err = n.cdi.Load(string(pair.UID))
 	require.NoError(t, err, "the pair's CDI spec is back after the restart, before any call")
 	assert.Equal(t, pairNodes, n.prepare(pair), "the same device, prepared again after the restart")
-	resp, err := n.dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: "default", Name: pair.Name, Uid: string(pair.UID)}}})
+	un, err := n.dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: "default", Name: pair.Name, Uid: string(pair.UID)}}})
 	require.NoError(t, err)
-	assert.Empty(t, resp.Claims[string(pair.UID)].Error)
+	assert.Empty(t, un.Claims[string(pair.UID)].Error)
 	_, err = n.cdi.Load(string(pair.UID))
 	assert.ErrorIs(t, err, os.ErrNotExist, "unprepared: its spec is gone")
 }
@@ -466,6 +545,69 @@ func TestSchedulerTemplates(t *testing.T) {
 	assert.Len(t, roots, 4, "one pod per root")
 }
 
+// TestSchedulerNeuron: the users' aligned-efa-neuron template (four Neuron
+// devices and four EFAs of one devicegroup4_id) through the controller
+// manager and the scheduler on a trn2 node: each claim's EFAs are exactly
+// those of its Neuron devices.
+func TestSchedulerNeuron(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	ctx := context.Background()
+	n := newE2ENode(t, c, "trn2-node", "../../testdata/sysfs/trn2.48xlarge.sysfs", driver.GroupsNone)
+	published := n.slices(16)
+	efaAddr := map[string]string{}
+	for _, s := range published {
+		for _, d := range s.Spec.Devices {
+			efaAddr[d.Name] = *d.Attributes[driver.AttrPCIBusID].StringValue
+		}
+	}
+	neuronEFA := map[string]string{}
+	for _, d := range n.topo.Of(topology.KindNeuron) {
+		neuronEFA[fmt.Sprintf("neuron-%d", d.NeuronIndex)] = d.Groups.Group1
+	}
+	var tmpl resourceapi.ResourceClaimTemplate
+	require.NoError(t, yaml.Unmarshal([]byte(claimDoc(t, "seed-claims-neuron.yaml", "aligned-efa-neuron")), &tmpl))
+	tmpl.Namespace = "default"
+	_, err := c.client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &tmpl, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for i := range 4 { // 16 Neuron devices, four groups of four
+		tn := tmpl.Name
+		_, err := c.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("neuron-%d", i)},
+			Spec: corev1.PodSpec{
+				NodeSelector:   map[string]string{"kubernetes.io/hostname": n.name},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimTemplateName: &tn}},
+				Containers: []corev1.Container{{Name: "app", Image: "app",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "c"}}}}},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	for i := range 4 {
+		var claim *resourceapi.ResourceClaim
+		require.Eventually(t, func() bool {
+			p, err := c.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("neuron-%d", i), metav1.GetOptions{})
+			if err != nil || p.Spec.NodeName != n.name || len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+				return false
+			}
+			claim, err = c.client.ResourceV1().ResourceClaims("default").Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+			return err == nil && claim.Status.Allocation != nil
+		}, 60*time.Second, 200*time.Millisecond, "pod neuron-%d scheduled", i)
+		reqs := byReq(claim)
+		var want, got []string
+		for _, nd := range reqs["4-neurons"] {
+			want = append(want, neuronEFA[nd])
+		}
+		for _, e := range reqs["4-efas"] {
+			got = append(got, efaAddr[e])
+		}
+		sort.Strings(want)
+		sort.Strings(got)
+		assert.Equal(t, want, got, "the four EFAs of the four Neuron devices")
+		assert.Len(t, n.prepare(claim), 4)
+	}
+}
+
 // TestSchedulerGroupModes: the "GPUs with their EFA group" template through
 // the real scheduler on p5en nodes publishing groups, exclusive and mixed;
 // a group prepares as every EFA of its root.
@@ -496,9 +638,23 @@ func TestSchedulerGroupModes(t *testing.T) {
 	}
 }
 
-func readClaims(t *testing.T) string {
+func readClaims(t *testing.T) string { return readClaimsFile(t, "seed-claims.yaml") }
+
+// claimDoc is the YAML document of the users' claims that defines name.
+func claimDoc(t *testing.T, file, name string) string {
 	t.Helper()
-	for _, p := range []string{"../../../shared/claims/seed-claims.yaml", "../../testdata/claims/seed-claims.yaml"} {
+	for _, doc := range strings.Split(readClaimsFile(t, file), "\n---") {
+		if strings.Contains(doc, "name: "+name+"\n") {
+			return doc
+		}
+	}
+	t.Fatalf("no %s in %s", name, file)
+	return ""
+}
+
+func readClaimsFile(t *testing.T, file string) string {
+	t.Helper()
+	for _, p := range []string{"../../../shared/claims/" + file, "../../testdata/claims/" + file} {
 		if b, err := os.ReadFile(p); err == nil {
 			return string(b)
 		}
