@@ -101,6 +101,18 @@ func TestKubeletStandsAsideForDevicePlugin(t *testing.T) {
 		return err == nil && len(l.Items) == 1
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Empty(t, n.prepare(c)[string(c.UID)].Error)
+
+	// The device plugin comes back: the published slices are removed.
+	nodeObj, err = n.client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	require.NoError(t, err)
+	nodeObj.Status.Capacity = v1.ResourceList{"vpc.amazonaws.com/efa": resource.MustParse("32")}
+	_, err = n.client.CoreV1().Nodes().UpdateStatus(context.Background(), nodeObj, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	n.rescan <- struct{}{}
+	require.Eventually(t, func() bool {
+		l, err := n.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0
+	}, 10*time.Second, 50*time.Millisecond, "slices withdrawn when the device plugin returns")
 }
 
 func (n *kubeletNode) setBootID(id string) {
