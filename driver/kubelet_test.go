@@ -26,6 +26,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -46,6 +47,7 @@ type kubeletNode struct {
 	dra     drapb.DRAPluginClient
 	conn    *grpc.ClientConn
 	rescan  chan struct{}
+	live    efa.Live
 }
 
 func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim) *kubeletNode {
@@ -56,7 +58,7 @@ func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim)
 	for _, d := range []string{"reg", "plugins", "cdi", "proc/sys/kernel/random"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
-	n := &kubeletNode{t: t, dir: dir, fixture: fixture, rescan: make(chan struct{}),
+	n := &kubeletNode{t: t, dir: dir, fixture: fixture, rescan: make(chan struct{}), live: efa.StaticLive{Mode: efa.NetnsShared},
 		client: fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})}
 	for _, c := range claims {
 		n.addClaim(c)
@@ -115,6 +117,22 @@ func TestKubeletStandsAsideForDevicePlugin(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "slices withdrawn when the device plugin returns")
 }
 
+// TestKubeletExclusiveNetns: in the kernel's exclusive RDMA namespace mode
+// a pod would not see its EFA, so the plugin publishes nothing and refuses
+// to prepare, saying why.
+func TestKubeletExclusiveNetns(t *testing.T) {
+	c := claim("c", "15151515-1515-1515-1515-151515151515", "efa-0000-4f-00-0")
+	n := newNode(t, p5, c)
+	n.live = efa.StaticLive{Mode: efa.NetnsExclusive}
+	n.start()
+	defer n.stop()
+	r := n.prepare(c)[string(c.UID)]
+	assert.Contains(t, r.Error, "RDMA namespace mode is exclusive")
+	l, err := n.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, l.Items)
+}
+
 func (n *kubeletNode) setBootID(id string) {
 	require.NoError(n.t, os.WriteFile(filepath.Join(n.dir, "proc/sys/kernel/random/boot_id"), []byte(id+"\n"), 0o644))
 }
@@ -140,6 +158,7 @@ func (n *kubeletNode) start() {
 			PluginsDir:   filepath.Join(n.dir, "plugins"),
 			Ready:        ready,
 			Rescan:       n.rescan,
+			Live:         n.live,
 		})
 	}()
 	select {

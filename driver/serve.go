@@ -21,6 +21,7 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -59,10 +60,32 @@ type ServeOptions struct {
 	// publishes nothing there and says why: two owners of one EFA would
 	// hand it to two pods.
 	AllowDevicePlugin bool
+	// Live answers what sysfs does not hold: the kernel's RDMA namespace
+	// mode. efa.Netlink{} (the default) asks the kernel.
+	Live efa.Live
 }
 
 // DevicePluginResource is the extended resource of AWS's EFA device plugin.
 const DevicePluginResource = "vpc.amazonaws.com/efa"
+
+// netnsCheck returns why the plugin must not publish: in the kernel's
+// exclusive RDMA namespace mode an RDMA device lives in one network
+// namespace (the host's), so a pod never sees the EFA it was given, and CDI
+// cannot move it. A kernel that cannot say (no RDMA netlink) is not a
+// reason: the shared mode is the kernel's default.
+func netnsCheck(live efa.Live) func(ctx context.Context) string {
+	return func(ctx context.Context) string {
+		mode, err := live.RDMANetnsMode()
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("RDMA namespace mode unknown", "err", err)
+			return ""
+		}
+		if mode == efa.NetnsExclusive {
+			return "the kernel's RDMA namespace mode is exclusive: pods would not see their EFAs; set it to shared (rdma system set netns shared)"
+		}
+		return ""
+	}
+}
 
 // devicePluginCheck returns why the plugin must stand aside on its node:
 // the EFA device plugin's resource in the Node's capacity.
@@ -122,8 +145,21 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		logger.Error(err, "restoring prepared claims")
 	}
 	plugin.Stop = func(err error) { cancel(err) }
+	live := o.Live
+	if live == nil {
+		live = efa.Netlink{}
+	}
+	checks := []func(context.Context) string{netnsCheck(live)}
 	if !o.AllowDevicePlugin {
-		plugin.Precheck = devicePluginCheck(o.KubeClient, o.Config.NodeName)
+		checks = append(checks, devicePluginCheck(o.KubeClient, o.Config.NodeName))
+	}
+	plugin.Precheck = func(ctx context.Context) string {
+		for _, check := range checks {
+			if reason := check(ctx); reason != "" {
+				return reason
+			}
+		}
+		return ""
 	}
 	if o.HealthInterval > 0 {
 		plugin.HealthInterval = o.HealthInterval

@@ -273,7 +273,7 @@ func TestNoFileReadTwice(t *testing.T) {
 }
 
 // TestDirAndCaptureAgree runs every fixture both from memory and unpacked on
-// disk, through os.Root: the same code, the same answers.
+// disk (through openat2): the same code, the same answers.
 func TestDirAndCaptureAgree(t *testing.T) {
 	t.Parallel()
 	for name, path := range fixtures(t) {

@@ -95,18 +95,6 @@ type Tree struct {
 // Lookup returns the function at a, or nil.
 func (t *Tree) Lookup(a Address) *Device { return t.byAddr[a] }
 
-// Roots returns the root complexes that hold functions, sorted.
-func (t *Tree) Roots() []string {
-	var out []string
-	for _, d := range t.Devices {
-		if !slices.Contains(out, d.Root) {
-			out = append(out, d.Root)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // DeviceError is the error for one function: its address and the file that
 // could not be read or understood.
 type DeviceError struct {

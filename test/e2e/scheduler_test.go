@@ -325,6 +325,50 @@ func (n *e2eNode) slices(devices int) []resourceapi.ResourceSlice {
 	return out
 }
 
+// pod creates a pod on this node that uses one claim.
+func (n *e2eNode) pod(name string, claim corev1.PodResourceClaim) {
+	n.t.Helper()
+	_, err := n.c.client.CoreV1().Pods("default").Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeSelector:   map[string]string{"kubernetes.io/hostname": n.name},
+			ResourceClaims: []corev1.PodResourceClaim{claim},
+			Containers: []corev1.Container{{Name: "app", Image: "app",
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: claim.Name}}}}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(n.t, err)
+}
+
+// fromTemplate creates the template and pods pods that each name it, waits
+// until the controller manager made their claims and the scheduler
+// allocated them and bound the pods, and returns the claims, in pod order.
+func (n *e2eNode) fromTemplate(tmpl *resourceapi.ResourceClaimTemplate, pods int) []*resourceapi.ResourceClaim {
+	t, ctx, c := n.t, context.Background(), n.c
+	t.Helper()
+	tmpl.Namespace = "default"
+	_, err := c.client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for i := range pods {
+		tn := tmpl.Name
+		n.pod(fmt.Sprintf("%s-%d", tmpl.Name, i), corev1.PodResourceClaim{Name: "c", ResourceClaimTemplateName: &tn})
+	}
+	var claims []*resourceapi.ResourceClaim
+	for i := range pods {
+		var claim *resourceapi.ResourceClaim
+		require.Eventually(t, func() bool {
+			p, err := c.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("%s-%d", tmpl.Name, i), metav1.GetOptions{})
+			if err != nil || p.Spec.NodeName != n.name || len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+				return false
+			}
+			claim, err = c.client.ResourceV1().ResourceClaims("default").Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+			return err == nil && claim.Status.Allocation != nil
+		}, 60*time.Second, 200*time.Millisecond, "pod %s-%d: claim from the template, allocated, bound", tmpl.Name, i)
+		claims = append(claims, claim)
+	}
+	return claims
+}
+
 // schedule creates a claim from spec and pods using it on this node, waits
 // until the real scheduler allocated it and bound them, and prepares it as
 // the kubelet would, once for the node. It returns the claim and the uverbs
@@ -336,16 +380,7 @@ func (n *e2eNode) schedule(name string, spec resourceapi.ResourceClaimSpec, pods
 	require.NoError(t, err)
 	for i := range pods {
 		cn := name
-		_, err := c.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i)},
-			Spec: corev1.PodSpec{
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": n.name},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimName: &cn}},
-				Containers: []corev1.Container{{Name: "app", Image: "app",
-					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "c"}}}}},
-			},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
+		n.pod(fmt.Sprintf("%s-%d", name, i), corev1.PodResourceClaim{Name: "c", ResourceClaimName: &cn})
 	}
 	scheduled := func() bool {
 		for i := range pods {
@@ -431,12 +466,7 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 
 	// The users' aligned-efa-nvidia: the EFA shares the GPU's root.
 	var tmpl resourceapi.ResourceClaimTemplate
-	for _, doc := range strings.Split(readClaims(t), "\n---") {
-		if strings.Contains(doc, "name: aligned-efa-nvidia\n") {
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &tmpl))
-		}
-	}
-	require.Equal(t, "aligned-efa-nvidia", tmpl.Name)
+	require.NoError(t, yaml.Unmarshal([]byte(claimDoc(t, "seed-claims.yaml", "aligned-efa-nvidia")), &tmpl))
 	pair, pairNodes := n.schedule("pair", tmpl.Spec.Spec, 1)
 	reqs := byReq(pair)
 	require.Len(t, reqs["1-efa"], 1)
@@ -499,44 +529,14 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 func TestSchedulerTemplates(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
-	ctx := context.Background()
 	n := newE2ENode(t, c, "p4d-node", "../../testdata/sysfs/p4d.24xlarge.sysfs", driver.GroupsNone)
 	n.slices(4)
 	var tmpl resourceapi.ResourceClaimTemplate
-	for _, doc := range strings.Split(readClaims(t), "\n---") {
-		if strings.Contains(doc, "name: aligned-efa-nvidia\n") {
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &tmpl))
-		}
-	}
-	tmpl.Namespace = "default"
+	require.NoError(t, yaml.Unmarshal([]byte(claimDoc(t, "seed-claims.yaml", "aligned-efa-nvidia")), &tmpl))
 	tmpl.Name = "p4d-aligned-efa-nvidia"
-	_, err := c.client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &tmpl, metav1.CreateOptions{})
-	require.NoError(t, err)
-	// p4d has four roots, each with one EFA: four pods fit.
-	for i := range 4 {
-		tn := tmpl.Name
-		_, err := c.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tmpl-%d", i)},
-			Spec: corev1.PodSpec{
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": n.name},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimTemplateName: &tn}},
-				Containers: []corev1.Container{{Name: "app", Image: "app",
-					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "c"}}}}},
-			},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
 	roots := map[string]bool{}
-	for i := range 4 {
-		var claim *resourceapi.ResourceClaim
-		require.Eventually(t, func() bool {
-			p, err := c.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("tmpl-%d", i), metav1.GetOptions{})
-			if err != nil || p.Spec.NodeName != n.name || len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-				return false
-			}
-			claim, err = c.client.ResourceV1().ResourceClaims("default").Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
-			return err == nil && claim.Status.Allocation != nil
-		}, 60*time.Second, 200*time.Millisecond, "pod tmpl-%d: claim from the template, allocated, bound", i)
+	// p4d has four roots, each with one EFA: four pods fit.
+	for _, claim := range n.fromTemplate(&tmpl, 4) {
 		reqs := byReq(claim)
 		assert.Equal(t, n.gpuRoot[reqs["1-gpu"][0]], n.efaRoot[reqs["1-efa"][0]])
 		roots[n.efaRoot[reqs["1-efa"][0]]] = true
@@ -552,7 +552,6 @@ func TestSchedulerTemplates(t *testing.T) {
 func TestSchedulerNeuron(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
-	ctx := context.Background()
 	n := newE2ENode(t, c, "trn2-node", "../../testdata/sysfs/trn2.48xlarge.sysfs", driver.GroupsNone)
 	published := n.slices(16)
 	efaAddr := map[string]string{}
@@ -567,32 +566,8 @@ func TestSchedulerNeuron(t *testing.T) {
 	}
 	var tmpl resourceapi.ResourceClaimTemplate
 	require.NoError(t, yaml.Unmarshal([]byte(claimDoc(t, "seed-claims-neuron.yaml", "aligned-efa-neuron")), &tmpl))
-	tmpl.Namespace = "default"
-	_, err := c.client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &tmpl, metav1.CreateOptions{})
-	require.NoError(t, err)
-	for i := range 4 { // 16 Neuron devices, four groups of four
-		tn := tmpl.Name
-		_, err := c.client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("neuron-%d", i)},
-			Spec: corev1.PodSpec{
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": n.name},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "c", ResourceClaimTemplateName: &tn}},
-				Containers: []corev1.Container{{Name: "app", Image: "app",
-					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "c"}}}}},
-			},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
-	for i := range 4 {
-		var claim *resourceapi.ResourceClaim
-		require.Eventually(t, func() bool {
-			p, err := c.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("neuron-%d", i), metav1.GetOptions{})
-			if err != nil || p.Spec.NodeName != n.name || len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-				return false
-			}
-			claim, err = c.client.ResourceV1().ResourceClaims("default").Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
-			return err == nil && claim.Status.Allocation != nil
-		}, 60*time.Second, 200*time.Millisecond, "pod neuron-%d scheduled", i)
+	// 16 Neuron devices, four groups of four.
+	for _, claim := range n.fromTemplate(&tmpl, 4) {
 		reqs := byReq(claim)
 		var want, got []string
 		for _, nd := range reqs["4-neurons"] {
@@ -637,8 +612,6 @@ func TestSchedulerGroupModes(t *testing.T) {
 		})
 	}
 }
-
-func readClaims(t *testing.T) string { return readClaimsFile(t, "seed-claims.yaml") }
 
 // claimDoc is the YAML document of the users' claims that defines name.
 func claimDoc(t *testing.T, file, name string) string {
