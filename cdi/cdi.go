@@ -3,6 +3,13 @@
 // ResourceClaim: one spec file per claim, holding one CDI device per request
 // of the claim. The runtime (containerd, CRI-O) reads the spec directory
 // itself; the kubelet only passes it the device IDs that Write returns.
+//
+// A CDI device holds the request's uverbs character devices and, only when
+// the caller asks for it, environment variables. CDI applies a device's
+// variables by name, replacing what the container had, so the last of
+// several devices injected into one container wins: variables that differ
+// between devices must never be set where several devices meet (see the
+// container contract in docs/container-contract.md).
 package cdi
 
 import (
@@ -35,9 +42,13 @@ const MaxClaimUIDLength = 64
 // is longer.
 const maxRDMANameLength = 64
 
-// Environment variables of every CDI device. libfabric's EFA provider
-// opens only the devices FI_EFA_IFACE names, so a pod uses its own EFAs even
-// where the runtime exposes more (privileged pods see all of /dev).
+// The libfabric variables a CDI device may set (only when the claim's
+// configuration asks for them). FI_EFA_IFACE restricts which EFAs libfabric
+// uses; it does not restrict which it opens: since ofiwg/libfabric PR 10990
+// the EFA provider opens every RDMA device rdma-core lists (to collect their
+// GIDs), and rdma-core lists every device of the host in the kernel's shared
+// RDMA namespace mode. It matters where a container sees more EFAs than it
+// was given (a privileged container sees all of /dev).
 const (
 	EnvProvider = "FI_PROVIDER"
 	EnvIface    = "FI_EFA_IFACE"
@@ -57,6 +68,14 @@ type Device struct {
 	Uverbs string
 	// Major and Minor are the character device's number, from sysfs.
 	Major, Minor uint32
+}
+
+// Request is what a request's CDI device gives a container: the uverbs
+// nodes of its EFAs, and environment variables ("NAME=value") only where the
+// caller sets them.
+type Request struct {
+	Devices []Device
+	Env     []string
 }
 
 // Writer writes, reads back and removes the CDI specs of claims in one spec
@@ -131,9 +150,8 @@ func DeviceName(claimUID, request string) string { return claimUID + "-" + reque
 
 // Write writes the claim's spec, replacing any earlier one: one CDI device
 // per request, "<claim UID>-<request>", whose edits add one character
-// device per EFA (in the order given) and set FI_PROVIDER=efa and
-// FI_EFA_IFACE to the request's RDMA names, comma-separated, in the same
-// order. It returns each request's fully qualified CDI device ID
+// device per EFA (in the order given) and the request's environment
+// variables, if any. It returns each request's fully qualified CDI device ID
 // ("dra.net/efa=<uid>-<request>"), the string the kubelet hands the
 // runtime.
 //
@@ -142,7 +160,7 @@ func DeviceName(claimUID, request string) string { return claimUID + "-" + reque
 // that file, and renamed over the final name, so the runtime never reads a
 // partial or invalid spec. The directory is created if missing, since a
 // tmpfs /var/run starts empty after a reboot.
-func (w *Writer) Write(claimUID string, requests map[string][]Device) (map[string]string, error) {
+func (w *Writer) Write(claimUID string, requests map[string]Request) (map[string]string, error) {
 	path, err := w.SpecPath(claimUID)
 	if err != nil {
 		return nil, err
@@ -174,7 +192,7 @@ func (w *Writer) Write(claimUID string, requests map[string][]Device) (map[strin
 }
 
 // spec builds the claim's spec and the requests' device IDs.
-func (w *Writer) spec(claimUID string, requests map[string][]Device) (*specs.Spec, map[string]string, error) {
+func (w *Writer) spec(claimUID string, requests map[string]Request) (*specs.Spec, map[string]string, error) {
 	if len(requests) == 0 {
 		return nil, nil, fmt.Errorf("cdi: claim %s: no requests", claimUID)
 	}
@@ -207,7 +225,8 @@ func (w *Writer) spec(claimUID string, requests map[string][]Device) (*specs.Spe
 }
 
 // cdiDevice is the CDI device of one request.
-func cdiDevice(claimUID, req string, devs []Device) (specs.Device, error) {
+func cdiDevice(claimUID, req string, r Request) (specs.Device, error) {
+	devs := r.Devices
 	name := DeviceName(claimUID, req)
 	if err := parser.ValidateDeviceName(name); err != nil {
 		return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q does not make a CDI device name: %w", claimUID, req, err)
@@ -216,7 +235,6 @@ func cdiDevice(claimUID, req string, devs []Device) (specs.Device, error) {
 		return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q has no EFAs", claimUID, req)
 	}
 	nodes := make([]*specs.DeviceNode, 0, len(devs))
-	ifaces := make([]string, 0, len(devs))
 	for i, d := range devs {
 		if err := checkDevice(d); err != nil {
 			return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q: EFA %d: %w", claimUID, req, i, err)
@@ -236,18 +254,61 @@ func cdiDevice(claimUID, req string, devs []Device) (specs.Device, error) {
 			// Read and write, not mknod: the runtime makes the node.
 			Permissions: "rw",
 		})
-		ifaces = append(ifaces, d.Name)
+	}
+	if err := checkEnv(r.Env); err != nil {
+		return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q: %w", claimUID, req, err)
+	}
+	var env []string
+	if len(r.Env) > 0 {
+		env = slices.Clone(r.Env)
 	}
 	return specs.Device{
-		Name: name,
-		ContainerEdits: specs.ContainerEdits{
-			Env: []string{
-				EnvProvider + "=efa",
-				EnvIface + "=" + strings.Join(ifaces, ","),
-			},
-			DeviceNodes: nodes,
-		},
+		Name:           name,
+		ContainerEdits: specs.ContainerEdits{Env: env, DeviceNodes: nodes},
 	}, nil
+}
+
+// checkEnv checks environment variables: NAME=value, NAME a shell name,
+// each name once (two values of one name in one device would leave the
+// container with whichever the runtime applies last).
+func checkEnv(env []string) error {
+	seen := map[string]bool{}
+	for _, e := range env {
+		name, _, ok := strings.Cut(e, "=")
+		if !ok || !isEnvName(name) {
+			return fmt.Errorf("environment variable %q is not NAME=value", e)
+		}
+		if seen[name] {
+			return fmt.Errorf("environment variable %s set twice", name)
+		}
+		seen[name] = true
+		if strings.ContainsRune(e, 0) {
+			return fmt.Errorf("environment variable %s holds a NUL byte", name)
+		}
+	}
+	return nil
+}
+
+func isEnvName(s string) bool {
+	if s == "" || '0' <= s[0] && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Iface is the value of FI_EFA_IFACE naming the given EFAs, in order.
+func Iface(devs []Device) string {
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = d.Name
+	}
+	return strings.Join(names, ",")
 }
 
 // checkDevice checks that an EFA's names can go into a path and into

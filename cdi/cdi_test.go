@@ -28,6 +28,18 @@ var efas = []cdi.Device{
 	{Name: "rdmap82s0", Uverbs: "uverbs3", Major: 231, Minor: 195},
 }
 
+// nodes makes requests of device nodes only, the default.
+func nodes(m map[string][]cdi.Device) map[string]cdi.Request {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]cdi.Request, len(m))
+	for r, d := range m {
+		out[r] = cdi.Request{Devices: d}
+	}
+	return out
+}
+
 func newWriter(t testing.TB) (*cdi.Writer, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -118,7 +130,7 @@ func TestWrite4(t *testing.T) {
 	t.Parallel()
 	w, dir := newWriter(t)
 
-	ids, err := w.Write(uid, map[string][]cdi.Device{"efa": efas})
+	ids, err := w.Write(uid, nodes(map[string][]cdi.Device{"efa": efas}))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"efa": "dra.net/efa=" + uid + "-efa"}, ids)
 
@@ -138,10 +150,6 @@ func TestWrite4(t *testing.T) {
 		Devices: []specs.Device{{
 			Name: uid + "-efa",
 			ContainerEdits: specs.ContainerEdits{
-				Env: []string{
-					"FI_PROVIDER=efa",
-					"FI_EFA_IFACE=rdmap79s0,rdmap80s0,rdmap81s0,rdmap82s0",
-				},
 				DeviceNodes: []*specs.DeviceNode{node(efas[0]), node(efas[1]), node(efas[2]), node(efas[3])},
 			},
 		}},
@@ -171,7 +179,8 @@ func TestWrite4(t *testing.T) {
 	assert.ElementsMatch(t, []string{"cdiVersion", "kind", "devices", "containerEdits"}, keys(generic))
 	dev := generic["devices"].([]any)[0].(map[string]any)
 	edits := dev["containerEdits"].(map[string]any)
-	assert.ElementsMatch(t, []string{"env", "deviceNodes"}, keys(edits))
+	// No environment by default: the device nodes are the contract.
+	assert.ElementsMatch(t, []string{"deviceNodes"}, keys(edits))
 	assert.NotContains(t, string(raw), "rdma_cm")
 }
 
@@ -188,9 +197,9 @@ func keys(m map[string]any) []string {
 func TestCache(t *testing.T) {
 	t.Parallel()
 	w, dir := newWriter(t)
-	ids, err := w.Write(uid, map[string][]cdi.Device{"a": efas[:2], "b": efas[2:]})
+	ids, err := w.Write(uid, nodes(map[string][]cdi.Device{"a": efas[:2], "b": efas[2:]}))
 	require.NoError(t, err)
-	ids2, err := w.Write("b2c3d4e5-0000-4000-8000-000000000001", map[string][]cdi.Device{"efa": efas[:1]})
+	ids2, err := w.Write("b2c3d4e5-0000-4000-8000-000000000001", nodes(map[string][]cdi.Device{"efa": efas[:1]}))
 	require.NoError(t, err)
 
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
@@ -208,7 +217,7 @@ func TestVersionForLetterUID(t *testing.T) {
 	t.Parallel()
 	w, _ := newWriter(t)
 	u := "b2c3d4e5-0000-4000-8000-000000000001"
-	_, err := w.Write(u, map[string][]cdi.Device{"efa": efas[:1]})
+	_, err := w.Write(u, nodes(map[string][]cdi.Device{"efa": efas[:1]}))
 	require.NoError(t, err)
 	got, err := w.Load(u)
 	require.NoError(t, err)
@@ -219,10 +228,12 @@ func TestVersionForLetterUID(t *testing.T) {
 func TestTwoRequests(t *testing.T) {
 	t.Parallel()
 	w, _ := newWriter(t)
-	// Given out of order within each request: the order is kept.
-	reqs := map[string][]cdi.Device{
-		"gpu0-nics": {efas[1], efas[0]},
-		"gpu1-nics": {efas[3], efas[2]},
+	// Given out of order within each request: the order is kept. The first
+	// request asks for the libfabric environment, the second for none.
+	env := []string{cdi.EnvProvider + "=efa", cdi.EnvIface + "=" + cdi.Iface([]cdi.Device{efas[1], efas[0]})}
+	reqs := map[string]cdi.Request{
+		"gpu0-nics": {Devices: []cdi.Device{efas[1], efas[0]}, Env: env},
+		"gpu1-nics": {Devices: []cdi.Device{efas[3], efas[2]}},
 	}
 	ids, err := w.Write(uid, reqs)
 	require.NoError(t, err)
@@ -245,12 +256,23 @@ func TestTwoRequests(t *testing.T) {
 		{
 			Name: uid + "-gpu1-nics",
 			ContainerEdits: specs.ContainerEdits{
-				Env:         []string{"FI_PROVIDER=efa", "FI_EFA_IFACE=rdmap82s0,rdmap81s0"},
 				DeviceNodes: []*specs.DeviceNode{node(efas[3]), node(efas[2])},
 			},
 		},
 	}
 	assert.Equal(t, want, got.Devices)
+}
+
+// TestBadEnv: variables that are not NAME=value, or a name set twice, are
+// refused before anything is written.
+func TestBadEnv(t *testing.T) {
+	t.Parallel()
+	w, dir := newWriter(t)
+	for _, env := range [][]string{{"FI_PROVIDER"}, {"=efa"}, {"1X=y"}, {"A B=c"}, {"X=1", "X=2"}, {"X=a\x00b"}} {
+		_, err := w.Write(uid, map[string]cdi.Request{"efa": {Devices: efas[:1], Env: env}})
+		assert.Error(t, err, "%q", env)
+	}
+	assert.Empty(t, listDir(t, dir))
 }
 
 func TestRemoveExists(t *testing.T) {
@@ -270,7 +292,7 @@ func TestRemoveExists(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok)
 
-	_, err = w.Write(uid, map[string][]cdi.Device{"efa": efas})
+	_, err = w.Write(uid, nodes(map[string][]cdi.Device{"efa": efas}))
 	require.NoError(t, err)
 	ok, err = w.Exists(uid)
 	require.NoError(t, err)
@@ -302,7 +324,7 @@ func TestWriteCreatesDir(t *testing.T) {
 	t.Parallel()
 	w, err := cdi.NewWriter(filepath.Join(t.TempDir(), "var", "run", "cdi"), "dra.net")
 	require.NoError(t, err)
-	_, err = w.Write(uid, map[string][]cdi.Device{"efa": efas})
+	_, err = w.Write(uid, nodes(map[string][]cdi.Device{"efa": efas}))
 	require.NoError(t, err)
 	_, err = w.Load(uid)
 	require.NoError(t, err)
@@ -311,9 +333,9 @@ func TestWriteCreatesDir(t *testing.T) {
 func TestRewriteReplaces(t *testing.T) {
 	t.Parallel()
 	w, dir := newWriter(t)
-	_, err := w.Write(uid, map[string][]cdi.Device{"efa": efas})
+	_, err := w.Write(uid, nodes(map[string][]cdi.Device{"efa": efas}))
 	require.NoError(t, err)
-	_, err = w.Write(uid, map[string][]cdi.Device{"other": efas[3:]})
+	_, err = w.Write(uid, nodes(map[string][]cdi.Device{"other": efas[3:]}))
 	require.NoError(t, err)
 
 	assert.Len(t, listDir(t, dir), 1)
@@ -330,12 +352,12 @@ func TestNoTempFiles(t *testing.T) {
 	t.Parallel()
 	w, dir := newWriter(t)
 	for i := 0; i < 5; i++ {
-		_, err := w.Write(uid, map[string][]cdi.Device{"efa": efas})
+		_, err := w.Write(uid, nodes(map[string][]cdi.Device{"efa": efas}))
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []string{"dra.net-efa_" + uid + ".json"}, listDir(t, dir))
 
-	_, err := w.Write("c0ffee00-0000-4000-8000-000000000000", map[string][]cdi.Device{"bad/name": efas})
+	_, err := w.Write("c0ffee00-0000-4000-8000-000000000000", nodes(map[string][]cdi.Device{"bad/name": efas}))
 	require.Error(t, err)
 	assert.Equal(t, []string{"dra.net-efa_" + uid + ".json"}, listDir(t, dir))
 }
@@ -346,7 +368,7 @@ func TestInvalidRequestName(t *testing.T) {
 	// Kubernetes request names are DNS labels, but a subrequest's result
 	// names "request/subrequest", which no CDI device name may hold.
 	for _, req := range []string{"", "a/b", "req-", "a b", "ü", "a=b", "a,b", strings.Repeat("x", 10) + "\n"} {
-		_, err := w.Write(uid, map[string][]cdi.Device{"ok": efas[:1], req: efas[1:2]})
+		_, err := w.Write(uid, nodes(map[string][]cdi.Device{"ok": efas[:1], req: efas[1:2]}))
 		assert.Error(t, err, "request %q", req)
 		t.Log(err)
 	}
@@ -369,7 +391,7 @@ func TestInvalidDevices(t *testing.T) {
 		"long name":        {{Name: strings.Repeat("r", 65), Uverbs: "uverbs0"}},
 		"duplicate":        {efas[0], efas[1], efas[0]},
 	} {
-		_, err := w.Write(uid, map[string][]cdi.Device{"efa": devs})
+		_, err := w.Write(uid, nodes(map[string][]cdi.Device{"efa": devs}))
 		assert.Error(t, err, name)
 		t.Log(err)
 	}
@@ -382,7 +404,7 @@ func TestInvalidUIDEverywhere(t *testing.T) {
 	t.Parallel()
 	w, dir := newWriter(t)
 	for _, u := range []string{"", "..", "../x", "a/b", "a\x00"} {
-		_, err := w.Write(u, map[string][]cdi.Device{"efa": efas})
+		_, err := w.Write(u, nodes(map[string][]cdi.Device{"efa": efas}))
 		assert.Error(t, err)
 		assert.Error(t, w.Remove(u))
 		_, err = w.Exists(u)
@@ -454,7 +476,7 @@ func BenchmarkWrite4(b *testing.B) {
 	reqs := map[string][]cdi.Device{"efa": efas}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := w.Write(uid, reqs); err != nil {
+		if _, err := w.Write(uid, nodes(reqs)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -48,6 +48,7 @@ type kubeletNode struct {
 	conn    *grpc.ClientConn
 	rescan  chan struct{}
 	live    efa.Live
+	groups  driver.GroupMode
 }
 
 func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim) *kubeletNode {
@@ -149,7 +150,7 @@ func (n *kubeletNode) start() {
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
 		n.done <- driver.Serve(ctx, driver.ServeOptions{
-			Config:       driver.Config{NodeName: node},
+			Config:       driver.Config{NodeName: node, Groups: n.groups},
 			KubeClient:   n.client,
 			SysfsRoot:    n.fixture,
 			ProcRoot:     filepath.Join(n.dir, "proc"),
@@ -308,8 +309,7 @@ func TestKubeletPrepareUnprepare(t *testing.T) {
 		"/dev/infiniband/uverbs0 231:192", "/dev/infiniband/uverbs1 231:193",
 		"/dev/infiniband/uverbs2 231:194", "/dev/infiniband/uverbs3 231:195",
 	}, nodes, "exactly the allocated uverbs devices")
-	assert.Contains(t, env, "FI_PROVIDER=efa")
-	assert.Contains(t, env, "FI_EFA_IFACE=rdmap79s0,rdmap80s0,rdmap81s0,rdmap82s0")
+	assert.Empty(t, env, "no environment by default: the device nodes are the contract")
 
 	// Prepared again (kubelet retry, or a second pod of a shared claim):
 	// the same answer.

@@ -16,6 +16,16 @@ type Metrics struct {
 	Published prometheus.Counter       // efakit_plugin_publish_total
 	ScanErrs  prometheus.Counter       // efakit_plugin_scan_errors_total
 	ScanTime  prometheus.Histogram     // efakit_plugin_scan_seconds
+	// Renumbered counts EFAs of prepared claims found with another uverbs
+	// device than their spec gave (a module reload).
+	Renumbered prometheus.Counter // efakit_plugin_renumbered_devices_total
+	// Unhealthy is the number of unhealthy devices kept from new
+	// allocations, by how: "taint" (a NoSchedule device taint) or
+	// "withhold" (left out of the slice, where the API server drops taints).
+	Unhealthy *prometheus.GaugeVec // efakit_plugin_unhealthy_devices{action}
+	// StandingAside is 1 while the plugin publishes nothing and prepares
+	// nothing, by reason ("device-plugin", "dra-driver", "netns", "api").
+	StandingAside *prometheus.GaugeVec // efakit_plugin_standing_aside{reason}
 }
 
 // NewMetrics registers the plugin's metrics in a new registry.
@@ -43,7 +53,16 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
 		}),
 	}
-	m.Registry.MustRegister(m.Calls, m.Latency, m.Devices, m.Published, m.ScanErrs, m.ScanTime,
+	m.Renumbered = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "efakit_plugin_renumbered_devices_total", Help: "EFAs of prepared claims whose uverbs device was numbered anew (module reload); their specs were corrected.",
+	})
+	m.Unhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "efakit_plugin_unhealthy_devices", Help: "Unhealthy devices kept from new allocations: by a NoSchedule taint, or withheld from the slice where the API server drops taints.",
+	}, []string{"action"})
+	m.StandingAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "efakit_plugin_standing_aside", Help: "1 while the plugin publishes and prepares nothing, by reason.",
+	}, []string{"reason"})
+	m.Registry.MustRegister(m.Calls, m.Latency, m.Devices, m.Published, m.ScanErrs, m.ScanTime, m.Renumbered, m.Unhealthy, m.StandingAside,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

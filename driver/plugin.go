@@ -9,6 +9,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -34,6 +35,14 @@ type Plugin struct {
 	cdi    *cdi.Writer
 	store  *checkpoint.Store
 	bootID string
+	// kube reads the pods and claims that the libfabric environment's
+	// checks need; nil without an API server (tests, efakit slices).
+	kube kubernetes.Interface
+	// dataDir is the plugin's directory under the kubelet's plugins
+	// directory: the lock file shared with a rolling update's other pod,
+	// and the helper's device-metadata files.
+	dataDir string
+	kick    chan struct{}
 	// Stop is called on a fatal background error (HandleError).
 	Stop func(err error)
 	// HealthInterval is how often health is re-checked and re-sent (the
@@ -82,20 +91,38 @@ type PluginOptions struct {
 	Store     *checkpoint.Store
 	// BootID is the kernel's boot ID: state from another boot is dropped.
 	BootID string
+	// KubeClient reads pods and claims for the libfabric environment's
+	// checks (optional: without it a claim asking for that environment is
+	// refused).
+	KubeClient kubernetes.Interface
+	// DataDir is the plugin's data directory (/var/lib/kubelet/plugins/
+	// <driver>): restore takes its lock file, and writes again the
+	// device-metadata specs of the files kept there. "" for neither.
+	DataDir string
 }
 
-// NewPlugin restores the checkpoint: claims prepared before a plugin
-// restart stay prepared, and a CDI spec the restart or a tmpfs wipe lost is
-// written again. A corrupt checkpoint is reported in the returned error
+// NewPlugin restores the checkpoint (see restore), holding the same lock
+// file as the kubelet calls of a plugin pod beside this one during a
+// rolling update. A corrupt checkpoint is reported in the returned error
 // and the plugin starts empty rather than crash-looping; the returned
-// Plugin is usable whenever it is not nil.
+// Plugin is usable whenever it is not nil. A checkpoint of a newer format
+// (a rollback) gives a nil Plugin and the error: starting empty would
+// forget what is prepared.
 func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	p := &Plugin{
 		cfg: o.Config, sysfs: o.SysfsRoot, names: o.Names, cdi: o.CDI, store: o.Store, bootID: o.BootID,
+		kube: o.KubeClient, dataDir: o.DataDir,
 		HealthInterval: 10 * time.Second, Metrics: NewMetrics(),
 		inventory: map[string]inventoryDevice{}, health: map[string]deviceHealth{},
+		kick: make(chan struct{}, 1),
 	}
-	logger := klog.FromContext(ctx)
+	if o.DataDir != "" {
+		unlock, err := lockDataDir(o.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	st, loadErr := p.store.Load(o.BootID)
 	if st == nil {
 		return nil, fmt.Errorf("checkpoint: %w", loadErr)
@@ -105,29 +132,21 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	if loadErr != nil {
 		errs = append(errs, fmt.Errorf("checkpoint: %w", loadErr))
 	}
-	// Claims from before a reboot: the kubelet prepares again, and their
-	// specs (if the CDI directory survived) describe nothing.
-	for _, c := range st.Dropped {
-		if err := p.cdi.Remove(c.UID); err != nil {
-			errs = append(errs, fmt.Errorf("claim %s from before the reboot: %w", c.UID, err))
-		}
-	}
 	if len(st.Dropped) > 0 {
-		logger.Info("dropped claims prepared before the node rebooted", "count", len(st.Dropped))
+		// Claims from before a reboot: the kubelet prepares again, and
+		// their specs (if the CDI directory survived) describe nothing;
+		// restore removes them with the other leftovers.
+		klog.FromContext(ctx).Info("dropped claims prepared before the node rebooted", "count", len(st.Dropped))
 	}
-	for uid, c := range st.Claims {
-		if len(c.Devices) == 0 {
-			continue
-		}
-		ok, err := p.cdi.Exists(uid)
-		if err == nil && ok {
-			continue
-		}
-		if _, err := p.cdi.Write(uid, cdiRequests(c.Devices)); err != nil {
-			errs = append(errs, fmt.Errorf("claim %s/%s (%s): write CDI spec again: %w", c.Namespace, c.Name, uid, err))
-			continue
-		}
-		logger.Info("CDI spec written again after restart", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid)
-	}
+	errs = append(errs, p.restore(ctx)...)
 	return p, errors.Join(errs...)
+}
+
+// kickRescan asks Run for a scan soon (a prepare saw sysfs differ from the
+// last scan); it never blocks.
+func (p *Plugin) kickRescan() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }

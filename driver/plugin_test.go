@@ -203,7 +203,7 @@ func TestPrepareGroup(t *testing.T) {
 		nodes = append(nodes, dn.Path)
 	}
 	assert.Equal(t, []string{"/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1", "/dev/infiniband/uverbs2", "/dev/infiniband/uverbs3"}, nodes)
-	assert.Contains(t, spec.Devices[0].ContainerEdits.Env, "FI_EFA_IFACE=rdmap79s0,rdmap80s0,rdmap81s0,rdmap82s0")
+	assert.Empty(t, spec.Devices[0].ContainerEdits.Env)
 
 	member := claim("member", "99999999-9999-9999-9999-999999999999", "efa-0000-50-00-0")
 	res, err = p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{member})

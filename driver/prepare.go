@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,16 +16,23 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
 )
 
 // cdiRequests groups a claim's EFAs by request for its CDI spec: one CDI
-// device per request. A subrequest ("gpu-efas/4") counts as its request:
-// '/' cannot be in a CDI device name, and a container names requests.
-func cdiRequests(devs []checkpoint.PreparedDevice) map[string][]cdi.Device {
-	out := map[string][]cdi.Device{}
-	for _, d := range devs {
+// device per request, with the variables the checkpoint recorded for it. A
+// subrequest ("gpu-efas/4") counts as its request: '/' cannot be in a CDI
+// device name, and a container names requests.
+func cdiRequests(c checkpoint.Claim) map[string]cdi.Request {
+	out := map[string]cdi.Request{}
+	for _, d := range c.Devices {
 		r := baseRequest(d.Request)
-		out[r] = append(out[r], cdi.Device{Name: d.RDMAName, Uverbs: d.Uverbs, Major: d.Major, Minor: d.Minor})
+		req := out[r]
+		req.Devices = append(req.Devices, cdi.Device{Name: d.RDMAName, Uverbs: d.Uverbs, Major: d.Major, Minor: d.Minor})
+		req.Env = c.Env[r]
+		out[r] = req
 	}
 	return out
 }
@@ -34,22 +42,34 @@ func baseRequest(r string) string {
 	return base
 }
 
+// devNumber is a character device's number as the checkpoint keeps it.
+func devNumber(major, minor uint32) string { return fmt.Sprintf("%d:%d", major, minor) }
+
 // PrepareResourceClaims prepares each claim: a CDI spec holding only its
-// EFAs' uverbs nodes and the libfabric environment, recorded in the
+// EFAs' uverbs nodes (numbers read from sysfs now) and, where its
+// configuration asks for it, the libfabric environment; recorded in the
 // checkpoint before success is reported. A claim prepared already (the
-// kubelet retries, or several pods share it) gets the same answer again.
+// kubelet retries, or several pods share it) gets the same devices again,
+// checked against its allocation and against sysfs.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
+	call := make(map[string]*resourceapi.ResourceClaim, len(claims))
+	for _, c := range claims {
+		call[c.Namespace+"/"+c.Name] = c
+	}
+	logger := klog.FromContext(ctx)
 	for _, c := range claims {
 		start := time.Now()
-		res, err := p.prepare(c)
+		res, err := p.prepare(ctx, c, call)
 		p.Metrics.observe("prepare", time.Since(start), err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-			klog.FromContext(ctx).Error(err, "prepare")
+			logger.Error(err, "prepare")
+		} else {
+			logger.V(2).Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", len(res.Devices))
 		}
 		res.Err = err
 		out[c.UID] = res
@@ -57,63 +77,90 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (p *Plugin) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
-	uid := string(c.UID)
-	if err := cdi.ValidateClaimUID(uid); err != nil {
-		return kubeletplugin.PrepareResult{}, err
-	}
-	if prev, ok := p.state.Claims[uid]; ok {
-		// Idempotent: the same devices; the spec again if it was lost.
-		if ok, err := p.cdi.Exists(uid); len(prev.Devices) > 0 && (err != nil || !ok) {
-			if _, err := p.cdi.Write(uid, cdiRequests(prev.Devices)); err != nil {
-				return kubeletplugin.PrepareResult{}, err
-			}
-		}
-		return p.result(prev), nil
-	}
+// wanted is one EFA a claim's allocation gives: its request and, for a
+// member of an allocated group device, the group.
+type wanted struct {
+	Request, Device, Group string
+}
+
+// allocated lists the EFAs of this node that the claim's allocation holds,
+// group devices expanded into their members, in allocation order.
+func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
 	if c.Status.Allocation == nil {
-		return kubeletplugin.PrepareResult{}, errors.New("not allocated")
+		return nil, errors.New("not allocated")
 	}
-	if p.blocked != "" {
-		return kubeletplugin.PrepareResult{}, errors.New(p.blocked)
-	}
-	inUse := map[string]string{}
-	for other, oc := range p.state.Claims {
-		for _, d := range oc.Devices {
-			inUse[d.Device] = other
-		}
-	}
-	claim := checkpoint.Claim{UID: uid, Namespace: c.Namespace, Name: c.Name}
+	var out []wanted
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != p.cfg.driverName() {
 			continue
 		}
 		if r.Pool != p.cfg.NodeName {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is in pool %s, this node's pool is %s", r.Device, r.Pool, p.cfg.NodeName)
+			return nil, fmt.Errorf("device %s is in pool %s, this node's pool is %s", r.Device, r.Pool, p.cfg.NodeName)
 		}
-		// A group device stands for all EFAs of its root.
-		names, group := []string{r.Device}, ""
 		if members, ok := p.groups[r.Device]; ok {
-			names, group = members, r.Device
-		}
-		for _, name := range names {
-			inv, ok := p.inventory[name]
-			if !ok || inv.Uverbs == "" {
-				return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is not on this node (or has no uverbs device)", name)
+			for _, m := range members {
+				out = append(out, wanted{Request: r.Request, Device: m, Group: r.Device})
 			}
-			if other, ok := inUse[name]; ok {
-				// The last line of defense against two workloads on one EFA.
-				return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", name, other)
-			}
-			inUse[name] = uid
-			claim.Devices = append(claim.Devices, checkpoint.PreparedDevice{
-				Request: r.Request, Pool: r.Pool, Device: name, RDMAName: inv.RDMAName, Uverbs: inv.Uverbs,
-				PCIAddress: inv.PCIAddress, Major: inv.Major, Minor: inv.Minor, Group: group,
-			})
+			continue
 		}
+		out = append(out, wanted{Request: r.Request, Device: r.Device})
 	}
+	return out, nil
+}
+
+func (p *Plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
+	uid := string(c.UID)
+	if err := cdi.ValidateClaimUID(uid); err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	want, err := p.allocated(c)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	if prev, ok := p.state.Claims[uid]; ok {
+		return p.prepareAgain(ctx, prev, want)
+	}
+	if p.blocked != "" {
+		return kubeletplugin.PrepareResult{}, errors.New(p.blocked)
+	}
+	held := p.held("")
+	claim := checkpoint.Claim{UID: uid, Namespace: c.Namespace, Name: c.Name}
+	r := sysfs.NewReader(p.sysfs)
+	for _, w := range want {
+		inv, ok := p.inventory[w.Device]
+		if !ok || inv.Uverbs == "" {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is not on this node (or has no uverbs device)", w.Device)
+		}
+		cur, err := readCurrent(r, inv.PCIAddress)
+		if err != nil {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s: %w", w.Device, err)
+		}
+		num := devNumber(cur.Verbs.Major, cur.Verbs.Minor)
+		// The last line of defense against two workloads on one EFA: the
+		// EFA itself, and the character device a container would open
+		// (after a module reload the same number may name another EFA).
+		if other, ok := held["pci:"+inv.PCIAddress]; ok {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, other)
+		}
+		if other, ok := held["dev:"+num]; ok {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, other)
+		}
+		held["pci:"+inv.PCIAddress], held["dev:"+num] = uid, uid
+		if cur.RDMAName != inv.RDMAName || cur.Verbs.Name != inv.Uverbs {
+			p.kickRescan()
+		}
+		claim.Devices = append(claim.Devices, checkpoint.PreparedDevice{
+			Request: w.Request, Pool: p.cfg.NodeName, Device: w.Device, RDMAName: cur.RDMAName, Uverbs: cur.Verbs.Name,
+			PCIAddress: inv.PCIAddress, Major: cur.Verbs.Major, Minor: cur.Verbs.Minor, Group: w.Group,
+		})
+	}
+	env, err := p.environment(ctx, c, claim, call)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	claim.Env = env
 	if len(claim.Devices) > 0 {
-		ids, err := p.cdi.Write(uid, cdiRequests(claim.Devices))
+		ids, err := p.cdi.Write(uid, cdiRequests(claim))
 		if err != nil {
 			return kubeletplugin.PrepareResult{}, err
 		}
@@ -128,6 +175,157 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 	}
 	p.state = next
 	return p.result(claim), nil
+}
+
+// prepareAgain answers a prepare of a claim prepared already: the same
+// devices, provided the claim's allocation still names them, with the
+// device numbers checked against sysfs and the spec written again if it
+// was lost or the numbers changed.
+func (p *Plugin) prepareAgain(ctx context.Context, prev checkpoint.Claim, want []wanted) (kubeletplugin.PrepareResult, error) {
+	var had []wanted
+	for _, d := range prev.Devices {
+		had = append(had, wanted{Request: d.Request, Device: d.Device, Group: d.Group})
+	}
+	key := func(w wanted) string { return w.Request + "\x00" + w.Device + "\x00" + w.Group }
+	a, b := make([]string, len(had)), make([]string, len(want))
+	for i, w := range had {
+		a[i] = key(w)
+	}
+	for i, w := range want {
+		b[i] = key(w)
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	if !slices.Equal(a, b) {
+		return kubeletplugin.PrepareResult{}, fmt.Errorf("prepared for %s, but now allocated %s: unprepare it first", describe(had), describe(want))
+	}
+	claim, err := p.refresh(ctx, prev)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, err
+	}
+	return p.result(claim), nil
+}
+
+func describe(ws []wanted) string {
+	if len(ws) == 0 {
+		return "no EFA of this node"
+	}
+	var s []string
+	for _, w := range ws {
+		s = append(s, w.Request+":"+w.Device)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// readCurrent reads an EFA's RDMA device and uverbs device from sysfs now.
+func readCurrent(r *sysfs.Reader, pciAddress string) (efa.Current, error) {
+	a, err := pcie.ParseAddress(pciAddress)
+	if err != nil {
+		return efa.Current{}, err
+	}
+	return efa.ReadCurrent(r, a)
+}
+
+// refresh checks a prepared claim's EFAs against sysfs: an EFA whose RDMA
+// name or uverbs device changed (a module reload numbers them anew) gets
+// the new values in its spec and the checkpoint, and its old device
+// number is kept as stale, held by the claim, because containers started
+// before still hold it. The spec is written again when it is missing or
+// changed. An EFA that cannot be read keeps its record (and so its
+// numbers stay held): it is reported, not guessed at.
+func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Claim, error) {
+	logger := klog.FromContext(ctx)
+	r := sysfs.NewReader(p.sysfs)
+	changed := false
+	devs := slices.Clone(c.Devices)
+	for i, d := range devs {
+		cur, err := readCurrent(r, d.PCIAddress)
+		if err != nil {
+			logger.Error(err, "prepared EFA unreadable; its record is kept", "claim", klog.KRef(c.Namespace, c.Name), "device", d.Device)
+			continue
+		}
+		if cur.RDMAName == d.RDMAName && cur.Verbs.Name == d.Uverbs && cur.Verbs.Major == d.Major && cur.Verbs.Minor == d.Minor {
+			continue
+		}
+		old := devNumber(d.Major, d.Minor)
+		logger.Error(nil, "an EFA of a prepared claim was renumbered (efa or ib_uverbs module reloaded?): CDI spec corrected; containers started before hold the old device number and may reach another EFA: restart them",
+			"claim", klog.KRef(c.Namespace, c.Name), "device", d.Device,
+			"was", d.RDMAName+" "+d.Uverbs+" "+old, "now", cur.RDMAName+" "+cur.Verbs.Name+" "+devNumber(cur.Verbs.Major, cur.Verbs.Minor))
+		d.Stale = slices.Clone(d.Stale)
+		if !slices.Contains(d.Stale, old) {
+			d.Stale = append(d.Stale, old)
+		}
+		d.RDMAName, d.Uverbs, d.Major, d.Minor = cur.RDMAName, cur.Verbs.Name, cur.Verbs.Major, cur.Verbs.Minor
+		devs[i] = d
+		changed = true
+		p.Metrics.Renumbered.Inc()
+		p.kickRescan()
+	}
+	if changed {
+		c.Devices = devs
+		held := p.held(c.UID)
+		for _, d := range c.Devices {
+			if other, ok := held["dev:"+devNumber(d.Major, d.Minor)]; ok {
+				logger.Error(nil, "after the renumbering, containers of two claims hold one device number: restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", other, "device", d.Uverbs)
+			}
+		}
+		if c.Env != nil {
+			// FI_EFA_IFACE names RDMA devices, which a reload may
+			// rename too.
+			for req, vars := range c.Env {
+				c.Env[req] = withIface(vars, cdiRequests(c)[req].Devices)
+			}
+		}
+	}
+	ok, err := p.cdi.Exists(c.UID)
+	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
+		ids, err := p.cdi.Write(c.UID, cdiRequests(c))
+		if err != nil {
+			return c, err
+		}
+		c.CDIDeviceIDs = ids
+	}
+	if changed {
+		next := cloneState(p.state)
+		next.Claims[c.UID] = c
+		if err := p.store.Save(next); err != nil {
+			return c, fmt.Errorf("checkpoint: %w", err)
+		}
+		p.state = next
+	}
+	return c, nil
+}
+
+// withIface replaces FI_EFA_IFACE's value in vars, if it is there.
+func withIface(vars []string, devs []cdi.Device) []string {
+	out := slices.Clone(vars)
+	for i, v := range out {
+		if strings.HasPrefix(v, cdi.EnvIface+"=") {
+			out[i] = cdi.EnvIface + "=" + cdi.Iface(devs)
+		}
+	}
+	return out
+}
+
+// held maps what prepared claims hold to the claim holding it, leaving out
+// the claim except: "pci:<address>" for each EFA and "dev:<major>:<minor>"
+// for each device number its containers may hold, stale ones included.
+func (p *Plugin) held(except string) map[string]string {
+	out := map[string]string{}
+	for uid, c := range p.state.Claims {
+		if uid == except {
+			continue
+		}
+		for _, d := range c.Devices {
+			out["pci:"+d.PCIAddress] = uid
+			out["dev:"+devNumber(d.Major, d.Minor)] = uid
+			for _, s := range d.Stale {
+				out["dev:"+s] = uid
+			}
+		}
+	}
+	return out
 }
 
 // reloadState reads the checkpoint again before a kubelet call: during a
@@ -180,43 +378,45 @@ func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
 	return kubeletplugin.PrepareResult{Devices: devs}
 }
 
-// UnprepareResourceClaims removes each claim's CDI spec and forgets it. A
+// UnprepareResourceClaims forgets each claim and removes its CDI spec. A
 // claim that is not prepared is not an error: the kubelet may ask twice.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
+	logger := klog.FromContext(ctx)
 	for _, c := range claims {
 		start := time.Now()
 		err := p.unprepare(string(c.UID))
 		p.Metrics.observe("unprepare", time.Since(start), err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-			klog.FromContext(ctx).Error(err, "unprepare")
+			logger.Error(err, "unprepare")
+		} else {
+			logger.V(2).Info("unprepared", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
 		}
 		out[c.UID] = err
 	}
 	return out, nil
 }
 
+// unprepare saves the checkpoint without the claim before it removes the
+// spec: a crash in between leaves a spec of no claim, which the next start
+// removes, never a claim the kubelet unprepared whose spec comes back.
 func (p *Plugin) unprepare(uid string) error {
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return err
 	}
-	if err := p.cdi.Remove(uid); err != nil {
-		return err
+	if _, ok := p.state.Claims[uid]; ok {
+		next := cloneState(p.state)
+		delete(next.Claims, uid)
+		if err := p.store.Save(next); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		p.state = next
 	}
-	if _, ok := p.state.Claims[uid]; !ok {
-		return nil
-	}
-	next := cloneState(p.state)
-	delete(next.Claims, uid)
-	if err := p.store.Save(next); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	p.state = next
-	return nil
+	return p.cdi.Remove(uid)
 }
 
 // Prepared returns the UIDs of the prepared claims, sorted.

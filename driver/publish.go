@@ -156,6 +156,7 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, rescan <-chan 
 			return
 		case <-t.C:
 		case <-rescan:
+		case <-p.kick:
 		}
 		p.Recheck(ctx)
 		if published, err := p.Rescan(ctx); err != nil {

@@ -136,7 +136,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, Names: names, CDI: writer,
-		Store: checkpoint.NewStore(dataDir), BootID: bootID})
+		Store: checkpoint.NewStore(dataDir), BootID: bootID, KubeClient: o.KubeClient, DataDir: dataDir})
 	if plugin == nil {
 		return err
 	}

@@ -471,3 +471,33 @@ func Scan(fsys fs.ReadLinkFS) (*pcie.Tree, *Result, error) {
 	res, eerr := Discover(r, tree)
 	return tree, res, errors.Join(perr, eerr)
 }
+
+// Current is what the kernel says of one EFA now: its RDMA device and that
+// device's uverbs character device.
+type Current struct {
+	RDMAName string
+	Verbs    Verbs
+}
+
+// ReadCurrent reads one EFA's RDMA device name and uverbs device from
+// bus/pci/devices/<addr> (infiniband/ and infiniband_verbs/), a handful of
+// reads instead of a whole discovery. The kubelet plugin calls it when it
+// prepares a claim and when it restores one, because an efa or ib_uverbs
+// module reload numbers the uverbs devices anew without a reboot.
+func ReadCurrent(r *sysfs.Reader, addr pcie.Address) (Current, error) {
+	dir := "bus/pci/devices/" + addr.String()
+	ib := dir + "/infiniband"
+	ents, err := r.ReadDir(ib)
+	if err != nil {
+		return Current{}, &Error{Device: addr.String(), File: ib, Err: sysfs.Cause(err)}
+	}
+	if len(ents) != 1 {
+		return Current{}, &Error{Device: addr.String(), File: ib, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))}
+	}
+	name := ents[0].Name()
+	v, err := findVerbs(r, &pcie.Device{Address: addr, Path: dir}, name)
+	if err != nil {
+		return Current{}, err
+	}
+	return Current{RDMAName: name, Verbs: *v}, nil
+}

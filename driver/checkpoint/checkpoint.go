@@ -27,9 +27,12 @@ import (
 	"github.com/efakit/efakit/internal/atomicfile"
 )
 
-// Version is the version of the file format that Save writes and Load
-// reads. Another version in a file is treated as damage.
-const Version = 1
+// Version is the version of the file format that Save writes. Load reads
+// it and every earlier version (version 1 lacks the fields marked "since
+// 2", which read as empty). A later version, written by a newer efakit
+// before a rollback, is refused with ErrNewerVersion and left in place:
+// discarding it would lose the record of what is prepared.
+const Version = 2
 
 // FileName is the checkpoint's name in the data directory.
 const FileName = "checkpoint.json"
@@ -44,6 +47,10 @@ const CorruptSuffix = ".corrupt"
 // few hundred claims of a few kilobytes each; anything larger is damage,
 // not something to read into memory.
 const MaxSize = 16 << 20
+
+// ErrNewerVersion is wrapped by Load's error when the checkpoint has a
+// format version newer than Version. The file is not touched.
+var ErrNewerVersion = errors.New("checkpoint written by a newer version")
 
 // ErrCorrupt is wrapped by Load's error when the checkpoint was damaged
 // (not JSON, truncated, checksum mismatch, unknown version, inconsistent
@@ -64,6 +71,11 @@ type PreparedDevice struct {
 	// Group is the allocated group device this EFA is a member of
 	// (efa-group-pci0000-44); "" for an EFA allocated on its own.
 	Group string `json:"group,omitempty"`
+	// Stale are device numbers ("231:192") that the claim's specs gave
+	// containers before the kernel numbered the EFA's uverbs device anew
+	// (an efa or ib_uverbs module reload): containers started then may
+	// still hold them, so no other claim gets them. Since 2.
+	Stale []string `json:"stale,omitempty"`
 }
 
 // Claim is one prepared claim.
@@ -74,6 +86,9 @@ type Claim struct {
 	Devices   []PreparedDevice `json:"devices"`
 	// CDIDeviceIDs maps each request to its fully qualified CDI device ID.
 	CDIDeviceIDs map[string]string `json:"cdiDeviceIDs"`
+	// Env maps a request to the environment variables its CDI device sets
+	// ("NAME=value"); requests that set none are absent. Since 2.
+	Env map[string][]string `json:"env,omitempty"`
 }
 
 // State is the checkpoint's content.
@@ -148,6 +163,9 @@ func (s *Store) Load(bootID string) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
+	if v, ok := newerVersion(data); ok {
+		return nil, fmt.Errorf("%w: %s has format version %d, this efakit reads up to %d; run the newer efakit again, or move the file away to forget every prepared claim", ErrNewerVersion, s.path, v, Version)
+	}
 	st, err := decode(data)
 	if err != nil {
 		aside := s.path + CorruptSuffix
@@ -176,6 +194,18 @@ func readBounded(path string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, MaxSize+1))
 }
 
+// newerVersion reports a well-formed checkpoint whose version is later than
+// Version. Only the version is read: a later format may have any content.
+func newerVersion(data []byte) (int, bool) {
+	var v struct {
+		Version int `json:"version"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Version <= Version {
+		return 0, false
+	}
+	return v.Version, true
+}
+
 // decode parses and checks a checkpoint file.
 func decode(data []byte) (*State, error) {
 	switch {
@@ -190,8 +220,8 @@ func decode(data []byte) (*State, error) {
 	if err := strictUnmarshal(data, &f); err != nil {
 		return nil, err
 	}
-	if f.Version != Version {
-		return nil, fmt.Errorf("version %d, want %d", f.Version, Version)
+	if f.Version < 1 || f.Version > Version {
+		return nil, fmt.Errorf("version %d, want 1 to %d", f.Version, Version)
 	}
 	if len(f.Data) == 0 || bytes.Equal(f.Data, []byte("null")) {
 		return nil, errors.New("no data")
@@ -207,9 +237,13 @@ func decode(data []byte) (*State, error) {
 	if sum := checksum(canon); sum != f.Checksum {
 		return nil, fmt.Errorf("checksum %q, content has %q", f.Checksum, sum)
 	}
+	if st.Version != f.Version {
+		return nil, fmt.Errorf("data has version %d, file %d", st.Version, f.Version)
+	}
 	if err := st.check(); err != nil {
 		return nil, err
 	}
+	st.Version = Version
 	if st.Claims == nil {
 		st.Claims = map[string]Claim{}
 	}
@@ -231,10 +265,10 @@ func strictUnmarshal(data []byte, v any) error {
 }
 
 // check is what Save refuses to write and Load to read: a version other
-// than Version, no boot ID, or a claim under another UID than its own.
+// than 1 to Version, no boot ID, or a claim under another UID than its own.
 func (st *State) check() error {
-	if st.Version != Version {
-		return fmt.Errorf("state version %d, want %d", st.Version, Version)
+	if st.Version < 1 || st.Version > Version {
+		return fmt.Errorf("state version %d, want 1 to %d", st.Version, Version)
 	}
 	if st.BootID == "" {
 		return errors.New("no boot ID")

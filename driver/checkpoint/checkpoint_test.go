@@ -52,6 +52,11 @@ func state(bootID string, n int) *checkpoint.State {
 	st := &checkpoint.State{Version: checkpoint.Version, BootID: bootID, Claims: map[string]checkpoint.Claim{}}
 	for i := range n {
 		c := claim(i, 4)
+		if i == 1 {
+			// The fields of version 2.
+			c.Env = map[string][]string{"efa": {"FI_PROVIDER=efa", "FI_EFA_IFACE=rdmap96s0"}}
+			c.Devices[0].Stale = []string{"231:199"}
+		}
 		st.Claims[c.UID] = c
 	}
 	return st
@@ -93,7 +98,7 @@ func TestRoundTrip(t *testing.T) {
 	var f map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(raw, &f))
 	assert.Len(t, f, 3)
-	assert.JSONEq(t, "1", string(f["version"]))
+	assert.JSONEq(t, "2", string(f["version"]))
 	var sum string
 	require.NoError(t, json.Unmarshal(f["checksum"], &sum))
 	assert.Regexp(t, "^[0-9a-f]{64}$", sum)
@@ -164,7 +169,7 @@ func TestBootIDChange(t *testing.T) {
 	assert.NotNil(t, got.Claims)
 	require.Len(t, got.Dropped, 2)
 	assert.Equal(t, claim(0, 4), got.Dropped[0])
-	assert.Equal(t, claim(1, 4), got.Dropped[1])
+	assert.Equal(t, state(boot1, 2).Claims[claim(1, 4).UID], got.Dropped[1])
 
 	// Load writes nothing: the old boot's claims are still on disk until
 	// the plugin saves.
@@ -177,6 +182,42 @@ func TestBootIDChange(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, after.Claims)
 	assert.Empty(t, after.Dropped)
+}
+
+// TestVersions: a version 1 file (an older efakit's) loads; a later
+// version (a newer efakit's, before a rollback) is refused and left in
+// place, never discarded.
+func TestVersions(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := checkpoint.NewStore(dir)
+	v1 := state(boot1, 1) // claim 0 only: no field of version 2
+	v1.Version = 1
+	data := resum(t, good(t), func(d map[string]any) {})
+	var f map[string]any
+	require.NoError(t, json.Unmarshal(data, &f))
+	raw, err := json.Marshal(v1)
+	require.NoError(t, err)
+	f["version"], f["data"], f["checksum"] = 1, json.RawMessage(raw), sha256Hex(raw)
+	old, err := json.Marshal(f)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(s.Path(), old, 0o600))
+	got, err := s.Load(boot1)
+	require.NoError(t, err)
+	v1.Version = checkpoint.Version
+	assert.Equal(t, v1, got, "read as the current version")
+
+	newer := rewrite(t, good(t), func(f map[string]any) { f["version"] = 3; f["data"] = map[string]any{"future": true} })
+	require.NoError(t, os.WriteFile(s.Path(), newer, 0o600))
+	st, err := s.Load(boot1)
+	assert.Nil(t, st)
+	require.ErrorIs(t, err, checkpoint.ErrNewerVersion)
+	assert.NotErrorIs(t, err, checkpoint.ErrCorrupt)
+	assert.Contains(t, err.Error(), "format version 3")
+	kept, err := os.ReadFile(s.Path())
+	require.NoError(t, err)
+	assert.Equal(t, newer, kept, "left in place")
+	assert.NoFileExists(t, s.Path()+checkpoint.CorruptSuffix)
 }
 
 // good is a valid checkpoint file's bytes.
@@ -211,7 +252,8 @@ func TestCorrupt(t *testing.T) {
 		"array":             []byte("[]"),
 		"trailing":          append(append([]byte{}, g...), []byte("{}")...),
 		"checksum mismatch": bytes.Replace(g, []byte(`"namespace": "ml"`), []byte(`"namespace": "mm"`), 1),
-		"unknown version":   rewrite(t, g, func(f map[string]any) { f["version"] = 2 }),
+		"version 0":         rewrite(t, g, func(f map[string]any) { f["version"] = 0 }),
+		"file version 1":    rewrite(t, g, func(f map[string]any) { f["version"] = 1 }),
 		"no version":        rewrite(t, g, func(f map[string]any) { delete(f, "version") }),
 		"no data":           rewrite(t, g, func(f map[string]any) { delete(f, "data") }),
 		"unknown field":     rewrite(t, g, func(f map[string]any) { f["extra"] = true }),
@@ -219,7 +261,7 @@ func TestCorrupt(t *testing.T) {
 	}
 	// Consistent content under a matching checksum is still checked.
 	for name, edit := range map[string]func(d map[string]any){
-		"data version": func(d map[string]any) { d["version"] = 2 },
+		"data version": func(d map[string]any) { d["version"] = 1 },
 		"no boot ID":   func(d map[string]any) { d["bootID"] = "" },
 		"wrong key": func(d map[string]any) {
 			claims := d["claims"].(map[string]any)

@@ -1,0 +1,4 @@
+package driver
+
+// LockDataDir exposes the restore lock to the external tests.
+var LockDataDir = lockDataDir

@@ -1,0 +1,66 @@
+package driver
+
+import (
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// AutoModeLabel and AutoModeValue mark an EKS Auto Mode node, which ships
+// AWS's own DRA driver under the driver name dra.net: efakit stands aside
+// there, and the chart keeps off such nodes.
+const (
+	AutoModeLabel = "eks.amazonaws.com/compute-type"
+	AutoModeValue = "auto"
+)
+
+// OwnSlice reports whether a ResourceSlice of driverName is one efakit
+// writes: every device is named and kinded as efakit names and kinds them
+// (efa-..., kind efa or efa-group) and every counter set is a root's
+// (efas-...). A slice of the same driver name that holds anything else was
+// written by another publisher of that name (AWS's DRA driver on an Auto
+// Mode node, say). An empty slice says nothing about its writer and counts
+// as efakit's.
+func OwnSlice(s *resourceapi.ResourceSlice, driverName string) bool {
+	if s.Spec.Driver != driverName {
+		return false
+	}
+	for _, d := range s.Spec.Devices {
+		kind := d.Attributes[AttrKind].StringValue
+		if kind == nil || (*kind != KindEFA && *kind != KindGroup) || !strings.HasPrefix(d.Name, "efa-") {
+			return false
+		}
+	}
+	for _, c := range s.Spec.SharedCounters {
+		if !strings.HasPrefix(c.Name, "efas-") {
+			return false
+		}
+	}
+	return true
+}
+
+// ForeignSlices returns, for the slices of driverName on node, why each one
+// that efakit did not write is someone else's ("slice X: device Y"), so
+// that a second publisher of the driver name is named, not guessed at.
+func ForeignSlices(slices []resourceapi.ResourceSlice, driverName, node string) []string {
+	var out []string
+	for i := range slices {
+		s := &slices[i]
+		if s.Spec.Driver != driverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node || OwnSlice(s, driverName) {
+			continue
+		}
+		what := "counter sets"
+		if len(s.Spec.Devices) > 0 {
+			what = fmt.Sprintf("device %s", s.Spec.Devices[0].Name)
+			for _, d := range s.Spec.Devices {
+				if k := d.Attributes[AttrKind].StringValue; k == nil || (*k != KindEFA && *k != KindGroup) || !strings.HasPrefix(d.Name, "efa-") {
+					what = fmt.Sprintf("device %s", d.Name)
+					break
+				}
+			}
+		}
+		out = append(out, fmt.Sprintf("ResourceSlice %s (pool %s, %s)", s.Name, s.Spec.Pool.Name, what))
+	}
+	return out
+}

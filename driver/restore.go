@@ -1,0 +1,216 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	"k8s.io/dynamic-resource-allocation/api/metadata"
+	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/driver/checkpoint"
+)
+
+// lockFileName is the kubelet plugin helper's lock file in the data
+// directory: with rolling updates, the helper holds it around every
+// prepare and unprepare call (etcd's fileutil.LockFile), and the old and
+// the new plugin pod share it.
+const lockFileName = "serialize.lock"
+
+// metadataDirName is where the helper keeps device-metadata files in the
+// data directory: <ns>_<claim>/<request>/metadata.json.
+const metadataDirName = "dra-device-metadata"
+
+// lockDataDir takes the helper's lock, so that restoring never runs
+// beside a prepare or unprepare of the plugin pod that is being replaced.
+func lockDataDir(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	f, err := fileutil.LockFile(filepath.Join(dir, lockFileName), os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", filepath.Join(dir, lockFileName), err)
+	}
+	return func() { _ = f.Close() }, nil
+}
+
+// restore makes the files match the checkpoint after a start. Claims
+// prepared before a plugin restart stay prepared:
+//   - each claim's EFAs are checked against sysfs (a module reload may have
+//     numbered them anew) and its spec is written again where it is missing
+//     (the CDI directory is often a tmpfs) or its numbers changed;
+//   - the device-metadata spec of each of its requests is written again
+//     where the helper's metadata file survives in the data directory but
+//     the spec does not: the kubelet does not prepare a claim again after a
+//     plugin restart, and a container restart needs every CDI device the
+//     prepare result named;
+//   - what no checkpointed claim owns is removed: temporary files of
+//     interrupted writes, specs and metadata of claims the checkpoint does
+//     not hold (a crash between a spec and the checkpoint, a claim from
+//     before a reboot).
+func (p *Plugin) restore(ctx context.Context) []error {
+	logger := klog.FromContext(ctx)
+	var errs []error
+	uids := make([]string, 0, len(p.state.Claims))
+	for uid := range p.state.Claims {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	keep := map[string]bool{}
+	for _, uid := range uids {
+		c := p.state.Claims[uid]
+		keep[uid] = true
+		if ok, err := p.cdi.Exists(uid); err == nil && !ok && len(c.Devices) > 0 {
+			logger.Info("CDI spec written again after restart", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid)
+		}
+		c, err := p.refresh(ctx, c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("claim %s/%s (%s): %w", c.Namespace, c.Name, uid, err))
+		}
+		errs = append(errs, p.restoreMetadata(ctx, c)...)
+	}
+
+	files, err := p.cdi.List()
+	if err != nil {
+		return append(errs, err)
+	}
+	var removed []string
+	remove := func(name string) {
+		if err := p.cdi.RemoveName(name); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		removed = append(removed, name)
+	}
+	for _, n := range files.Temp {
+		remove(n)
+	}
+	for _, uid := range files.Specs {
+		if !keep[uid] {
+			if path, err := p.cdi.SpecPath(uid); err == nil {
+				remove(filepath.Base(path))
+			}
+		}
+	}
+	for uid, names := range files.Metadata {
+		if !keep[uid] {
+			for _, n := range names {
+				remove(n)
+			}
+		}
+	}
+	if p.dataDir != "" {
+		removed = append(removed, p.removeDataLeftovers(&errs)...)
+	}
+	if len(removed) > 0 {
+		slices.Sort(removed)
+		logger.Info("removed files of no prepared claim", "count", len(removed), "files", removed)
+	}
+	return errs
+}
+
+// restoreMetadata writes again the metadata spec of each request of a
+// claim whose metadata file the helper left in the data directory.
+func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []error {
+	if p.dataDir == "" {
+		return nil
+	}
+	var errs []error
+	var reqs []string
+	for _, d := range c.Devices {
+		if r := baseRequest(d.Request); !slices.Contains(reqs, r) {
+			reqs = append(reqs, r)
+		}
+	}
+	for _, req := range reqs {
+		host := filepath.Join(p.dataDir, metadataDirName, c.Namespace+"_"+c.Name, req, "metadata.json")
+		data, err := os.ReadFile(host)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // metadata off, or never written: nothing names it
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err))
+			continue
+		}
+		if ok, err := p.cdi.MetadataExists(c.UID, req); err != nil || ok {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		ctr := metadata.ResourceClaimFilePath(p.cfg.driverName(), c.Name, req)
+		if pc := podClaimName(data); pc != "" {
+			ctr = metadata.ResourceClaimTemplateFilePath(p.cfg.driverName(), pc, req)
+		}
+		if _, err := p.cdi.WriteMetadata(c.UID, req, host, ctr); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		klog.FromContext(ctx).Info("device-metadata CDI spec written again after restart", "claim", klog.KRef(c.Namespace, c.Name), "request", req)
+	}
+	return errs
+}
+
+// podClaimName reads the pod claim name from a metadata file (a JSON
+// stream of DeviceMetadata objects, one per API version, all with the same
+// podClaimName): the container path of a template claim's metadata uses it.
+func podClaimName(data []byte) string {
+	var first struct {
+		PodClaimName *string `json:"podClaimName"`
+	}
+	if json.NewDecoder(bytes.NewReader(data)).Decode(&first) != nil || first.PodClaimName == nil {
+		return ""
+	}
+	return *first.PodClaimName
+}
+
+// removeDataLeftovers removes the checkpoint's temporary files and the
+// metadata directories of claims the checkpoint does not hold.
+func (p *Plugin) removeDataLeftovers(errs *[]error) []string {
+	var removed []string
+	ents, err := os.ReadDir(p.dataDir)
+	if err != nil {
+		*errs = append(*errs, err)
+		return nil
+	}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, "."+checkpoint.FileName+".") && strings.HasSuffix(n, ".tmp") {
+			if err := os.Remove(filepath.Join(p.dataDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				*errs = append(*errs, err)
+				continue
+			}
+			removed = append(removed, n)
+		}
+	}
+	keep := map[string]bool{}
+	for _, c := range p.state.Claims {
+		keep[c.Namespace+"_"+c.Name] = true
+	}
+	dir := filepath.Join(p.dataDir, metadataDirName)
+	ents, err = os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			*errs = append(*errs, err)
+		}
+		return removed
+	}
+	for _, e := range ents {
+		if keep[e.Name()] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			*errs = append(*errs, err)
+			continue
+		}
+		removed = append(removed, filepath.Join(metadataDirName, e.Name()))
+	}
+	return removed
+}
