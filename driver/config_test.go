@@ -24,16 +24,16 @@ func TestDecodeConfig(t *testing.T) {
 		assert.Equal(t, want, got, in)
 	}
 	bad := map[string]string{
-		``:          "parameters: EOF",
-		`null`:      "apiVersion",
-		`[]`:        "cannot unmarshal array",
-		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","evn":"none"}`:        `unknown field "evn"`,
-		`{"apiVersion":"efakit.io/v1beta9","kind":"EFAConfig"}`:                      `apiVersion "efakit.io/v1beta9"`,
-		`{"apiVersion":"efakit.io/v1alpha1","kind":"GpuConfig"}`:                     `kind "GpuConfig"`,
-		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":"Libfabric"}`:   `env "Libfabric": want none or libfabric`,
-		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":1}`:             "cannot unmarshal number",
-		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig"} {}`:                  "data after the object",
-		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":"none"`:         "unexpected EOF",
+		``:     "parameters: EOF",
+		`null`: "apiVersion",
+		`[]`:   "cannot unmarshal array",
+		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","evn":"none"}`:                                `unknown field "evn"`,
+		`{"apiVersion":"efakit.io/v1beta9","kind":"EFAConfig"}`:                                              `apiVersion "efakit.io/v1beta9"`,
+		`{"apiVersion":"efakit.io/v1alpha1","kind":"GpuConfig"}`:                                             `kind "GpuConfig"`,
+		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":"Libfabric"}`:                           `env "Libfabric": want none or libfabric`,
+		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":1}`:                                     "cannot unmarshal number",
+		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig"} {}`:                                          "data after the object",
+		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":"none"`:                                 "unexpected EOF",
 		`{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":"` + strings.Repeat("x", 11<<10) + `"}`: "at most 10240",
 	}
 	for in, msg := range bad {
