@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -16,6 +17,20 @@ import (
 // plugin through Stop.
 func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) && slices.Equal(dropped.DisabledFeatures(), []string{"DRADeviceTaints"}) {
+		// The API server does not keep device taints (DRADeviceTaints off,
+		// as on 1.34 and 1.35 by default): unhealthy devices are left out
+		// of the slices instead, from the next publish on.
+		p.mu.Lock()
+		first := !p.taintsDropped
+		p.taintsDropped = true
+		p.mu.Unlock()
+		if first {
+			klog.FromContext(ctx).Info("the API server drops device taints (DRADeviceTaints disabled): unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
+			p.kickRescan()
+		}
+		return
+	}
 	if errors.As(err, &dropped) {
 		// The API server dropped what it does not know: in mixed mode the
 		// counters that keep a group and its members apart. Publishing on

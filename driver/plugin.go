@@ -48,22 +48,26 @@ type Plugin struct {
 	// HealthInterval is how often health is re-checked and re-sent (the
 	// kubelet treats a device as unknown after 30 s without a report).
 	HealthInterval time.Duration
-	// Precheck, when set, runs before each scan and returns why the plugin
-	// must publish nothing ("" when it may publish): Serve uses it to stand
-	// aside on a node where the EFA device plugin owns the EFAs.
-	Metrics *Metrics
+	Metrics        *Metrics
+	// Precheck, when set, runs before each periodic scan and says why the
+	// plugin must publish and prepare nothing (an empty Verdict when it
+	// may), or an error when it cannot tell: Serve uses it to stand aside
+	// where the EFA device plugin or another dra.net driver owns the EFAs.
+	Precheck func(ctx context.Context) (Verdict, error)
 
-	Precheck func(ctx context.Context) string
-
-	mu        sync.Mutex
-	blocked   string // why nothing is published; "" normally
-	pub       Publisher
-	current   *resourceslice.DriverResources // from the last scan
-	published *resourceslice.DriverResources // last published
-	inventory map[string]inventoryDevice     // by published device name
-	groups    map[string][]string            // group device name -> member device names
-	health    map[string]deviceHealth        // by published device name
-	state     *checkpoint.State
+	mu      sync.Mutex
+	blocked string // why nothing is published; "" normally
+	checked bool   // Precheck answered at least once
+	pub     Publisher
+	base    *resourceslice.DriverResources // from the last scan, health not applied
+	// taintsDropped: the API server drops device taints, so unhealthy
+	// devices are left out of the slices instead.
+	taintsDropped bool
+	published     *resourceslice.DriverResources // last published
+	inventory     map[string]inventoryDevice     // by published device name
+	groups        map[string][]string            // group device name -> member device names
+	health        map[string]deviceHealth        // by published device name
+	state         *checkpoint.State
 }
 
 // inventoryDevice is what Prepare needs of a published EFA.
@@ -79,6 +83,7 @@ type inventoryDevice struct {
 type deviceHealth struct {
 	status  kubeletplugin.HealthStatus
 	message string
+	reason  string // a label value: the taint's value
 }
 
 // PluginOptions are what NewPlugin needs.

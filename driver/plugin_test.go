@@ -171,9 +171,9 @@ func TestHealth(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// TestPrepareGroup: a group gives the container every member's uverbs node
-// and an FI_EFA_IFACE of all members, as if they had been claimed one by
-// one; a member of a prepared group cannot be prepared for another claim.
+// TestPrepareGroup: a group gives the container every member's uverbs node,
+// as if they had been claimed one by one; a member of a prepared group
+// cannot be prepared for another claim.
 func TestPrepareGroup(t *testing.T) {
 	t.Parallel()
 	root, err := sysfs.OpenCapture(p5)

@@ -35,20 +35,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	healthy := map[string]deviceHealth{}
 	for _, d := range topo.Of(topology.KindEFA) {
 		name := DeviceName(d.PCI.Address)
-		h := deviceHealth{status: kubeletplugin.HealthStatusHealthy}
-		switch {
-		case d.PCI.Driver != "efa":
-			h = deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("driver %q, not efa", d.PCI.Driver)}
-		case d.EFA.Verbs == nil:
-			h = deviceHealth{kubeletplugin.HealthStatusUnhealthy, "no uverbs device"}
-		case len(d.EFA.Ports) == 0 || d.EFA.Ports[0].State != "ACTIVE":
-			state := "none"
-			if len(d.EFA.Ports) > 0 {
-				state = d.EFA.Ports[0].State
-			}
-			h = deviceHealth{kubeletplugin.HealthStatusUnhealthy, "port " + state}
-		}
-		healthy[name] = h
+		healthy[name] = efaHealth(d)
 		if d.EFA.Verbs == nil {
 			continue
 		}
@@ -83,36 +70,126 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 
 	p.mu.Lock()
 	// A device that was there and is gone is unhealthy until it returns.
-	for name := range p.health {
-		if _, ok := healthy[name]; !ok {
-			healthy[name] = deviceHealth{kubeletplugin.HealthStatusUnhealthy, "device gone from sysfs"}
+	for name, h := range p.health {
+		if _, ok := healthy[name]; !ok && p.groups[name] == nil && h.reason != reasonMember {
+			healthy[name] = deviceHealth{kubeletplugin.HealthStatusUnhealthy, "device gone from sysfs", "gone"}
 		}
+	}
+	// A group is as healthy as its least healthy member, named.
+	for name, members := range groups {
+		h := deviceHealth{status: kubeletplugin.HealthStatusHealthy}
+		for _, m := range members {
+			if mh := healthy[m]; mh.status == kubeletplugin.HealthStatusUnhealthy {
+				h = deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("member %s: %s", m, mh.message), reasonMember}
+				break
+			}
+		}
+		healthy[name] = h
 	}
 	p.inventory, p.health, p.groups = inv, healthy, groups
 	for name, attrs := range groupAttrs {
 		p.inventory[name] = inventoryDevice{Attributes: attrs}
 	}
-	p.current = &res
+	p.base = &res
 	p.mu.Unlock()
 	published, perr := p.Publish(ctx)
 	return published, errors.Join(err, perr)
 }
 
-// Publish publishes the devices of the last scan when they differ from what
-// was published last.
+// reasonMember is the taint value of a group with an unhealthy member.
+const reasonMember = "member-unhealthy"
+
+// efaHealth is an EFA's health from sysfs: Unhealthy when it is not bound
+// to efa, has no uverbs device, or its port is not ACTIVE. The reason is a
+// label value, for the device taint.
+func efaHealth(d *topology.Device) deviceHealth {
+	switch {
+	case d.PCI.Driver != "efa":
+		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("driver %q, not efa", d.PCI.Driver), "not-bound-to-efa"}
+	case d.EFA.Verbs == nil:
+		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, "no uverbs device", "no-uverbs-device"}
+	case len(d.EFA.Ports) == 0:
+		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, "no port", "no-port"}
+	case d.EFA.Ports[0].State != "ACTIVE":
+		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, "port " + d.EFA.Ports[0].State, "port-not-active"}
+	}
+	return deviceHealth{status: kubeletplugin.HealthStatusHealthy}
+}
+
+// TaintKey is the key of the NoSchedule taint an unhealthy device carries,
+// in the driver's domain: "<driver>/unhealthy", its value the reason.
+func (c Config) TaintKey() string { return c.driverName() + "/unhealthy" }
+
+// withHealth keeps unhealthy devices out of new allocations without
+// touching allocated claims: a NoSchedule taint on each unhealthy device
+// (a group with an unhealthy member included), or, where the API server
+// drops taints (no DRADeviceTaints, before Kubernetes 1.36 by default),
+// the device left out of the slice.
+func (p *Plugin) withHealth(res resourceslice.DriverResources) *resourceslice.DriverResources {
+	out := res.DeepCopy()
+	n := 0
+	for poolName, pool := range out.Pools {
+		for i := range pool.Slices {
+			devs := pool.Slices[i].Devices[:0:0]
+			for _, d := range pool.Slices[i].Devices {
+				h, ok := p.health[d.Name]
+				if !ok || h.status != kubeletplugin.HealthStatusUnhealthy {
+					devs = append(devs, d)
+					continue
+				}
+				n++
+				if p.taintsDropped {
+					continue
+				}
+				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: p.cfg.TaintKey(), Value: h.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+				devs = append(devs, d)
+			}
+			if pool.Slices[i].Devices != nil && devs == nil {
+				devs = []resourceapi.Device{}
+			}
+			pool.Slices[i].Devices = devs
+		}
+		out.Pools[poolName] = pool
+	}
+	taint, withhold := float64(n), 0.0
+	if p.taintsDropped {
+		taint, withhold = 0, float64(n)
+	}
+	p.Metrics.Unhealthy.WithLabelValues("taint").Set(taint)
+	p.Metrics.Unhealthy.WithLabelValues("withhold").Set(withhold)
+	return out
+}
+
+// withdrawer is a Publisher that can stop publishing and remove what it
+// published, leaving any other publisher's slices alone.
+type withdrawer interface {
+	Withdraw(ctx context.Context) error
+}
+
+// Publish publishes the devices of the last scan, with their health, when
+// they differ from what was published last. While the plugin stands aside
+// it withdraws its slices instead.
 func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 	p.mu.Lock()
-	pub, cur := p.pub, p.current
-	if p.blocked != "" {
-		// No pool at all: the controller removes the slices it published.
+	pub, base, blocked := p.pub, p.base, p.blocked != ""
+	var cur *resourceslice.DriverResources
+	switch {
+	case blocked:
+		// No pool at all.
 		cur = &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
+	case base != nil:
+		cur = p.withHealth(*base)
 	}
 	same := cur != nil && p.published != nil && apiequality.Semantic.DeepEqual(*p.published, *cur)
 	p.mu.Unlock()
 	if pub == nil || cur == nil || same {
 		return false, nil
 	}
-	if err := pub.PublishResources(ctx, *cur); err != nil {
+	if w, ok := pub.(withdrawer); ok && blocked {
+		if err := w.Withdraw(ctx); err != nil {
+			return false, fmt.Errorf("withdraw: %w", err)
+		}
+	} else if err := pub.PublishResources(ctx, *cur); err != nil {
 		return false, fmt.Errorf("publish: %w", err)
 	}
 	p.mu.Lock()
@@ -129,20 +206,50 @@ func (p *Plugin) DeviceCount() int {
 	return len(p.inventory)
 }
 
-// Recheck runs Precheck (an API read, so it runs with the periodic rescans,
+// Recheck runs Precheck (API reads, so it runs with the periodic rescans,
 // not with the health checks) and remembers why the plugin must publish
-// nothing.
+// and prepare nothing. When Precheck cannot tell (the API server does not
+// answer), the last decision stands, so one failed read never puts the
+// plugin beside another owner of the EFAs; before any decision, the
+// plugin stands aside and checks again soon.
 func (p *Plugin) Recheck(ctx context.Context) {
 	if p.Precheck == nil {
 		return
 	}
-	reason := p.Precheck(ctx)
+	logger := klog.FromContext(ctx)
+	v, err := p.Precheck(ctx)
 	p.mu.Lock()
-	if reason != p.blocked && reason != "" {
-		klog.FromContext(ctx).Error(errors.New(reason), "publishing no devices")
+	defer p.mu.Unlock()
+	if err != nil {
+		if p.checked {
+			logger.Error(err, "checking for another owner of the EFAs failed; keeping the last decision", "standingAside", p.blocked != "")
+			return
+		}
+		v = Verdict{Key: "api", Reason: "cannot tell yet whether another owner has this node's EFAs: " + err.Error()}
+		time.AfterFunc(5*time.Second, p.kickRescan)
+	} else {
+		p.checked = true
 	}
-	p.blocked = reason
-	p.mu.Unlock()
+	if v.Reason != p.blocked && v.Reason != "" {
+		logger.Error(errors.New(v.Reason), "standing aside: publishing and preparing nothing")
+	} else if v.Reason == "" && p.blocked != "" {
+		logger.Info("no other owner of the EFAs any more: publishing", "was", p.blocked)
+	}
+	p.blocked = v.Reason
+	for _, k := range []string{"netns", "device-plugin", "dra-driver", "api"} {
+		val := 0.0
+		if k == v.Key && v.Reason != "" {
+			val = 1
+		}
+		p.Metrics.StandingAside.WithLabelValues(k).Set(val)
+	}
+}
+
+// Verdict is a Precheck's answer: why the plugin must stand aside ("" when
+// it may publish), and a short key for the metric.
+type Verdict struct {
+	Key    string // netns, device-plugin, dra-driver
+	Reason string
 }
 
 // Run rescans every interval and whenever rescan receives, until ctx ends.

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -68,38 +70,77 @@ type ServeOptions struct {
 // DevicePluginResource is the extended resource of AWS's EFA device plugin.
 const DevicePluginResource = "vpc.amazonaws.com/efa"
 
-// netnsCheck returns why the plugin must not publish: in the kernel's
-// exclusive RDMA namespace mode an RDMA device lives in one network
-// namespace (the host's), so a pod never sees the EFA it was given, and CDI
-// cannot move it. A kernel that cannot say (no RDMA netlink) is not a
-// reason: the shared mode is the kernel's default.
-func netnsCheck(live efa.Live) func(ctx context.Context) string {
-	return func(ctx context.Context) string {
+// netnsCheck says to stand aside in the kernel's exclusive RDMA namespace
+// mode: an RDMA device lives in one network namespace (the host's), so a
+// pod never sees the EFA it was given, and CDI cannot move it. A kernel
+// that cannot say (no RDMA netlink) is not a reason: the shared mode is
+// the kernel's default.
+func netnsCheck(live efa.Live) func(ctx context.Context) (Verdict, error) {
+	return func(ctx context.Context) (Verdict, error) {
 		mode, err := live.RDMANetnsMode()
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("RDMA namespace mode unknown", "err", err)
-			return ""
+			return Verdict{}, nil
 		}
 		if mode == efa.NetnsExclusive {
-			return "the kernel's RDMA namespace mode is exclusive: pods would not see their EFAs; set it to shared (rdma system set netns shared)"
+			return Verdict{Key: "netns", Reason: "the kernel's RDMA namespace mode is exclusive: pods would not see their EFAs; set it to shared (rdma system set netns shared)"}, nil
 		}
-		return ""
+		return Verdict{}, nil
 	}
 }
 
-// devicePluginCheck returns why the plugin must stand aside on its node:
-// the EFA device plugin's resource in the Node's capacity.
-func devicePluginCheck(client kubernetes.Interface, node string) func(ctx context.Context) string {
-	return func(ctx context.Context) string {
+// nodeCheck says to stand aside where the Node shows another owner of its
+// EFAs: the EFA device plugin's resource in its capacity (unless allowed),
+// or EKS Auto Mode, whose nodes run AWS's own DRA driver as dra.net.
+func nodeCheck(client kubernetes.Interface, node string, allowDevicePlugin bool) func(ctx context.Context) (Verdict, error) {
+	return func(ctx context.Context) (Verdict, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			klog.FromContext(ctx).Error(err, "reading the node to look for the EFA device plugin")
-			return ""
+			return Verdict{}, fmt.Errorf("reading node %s: %w", node, err)
 		}
-		if q, ok := n.Status.Capacity[DevicePluginResource]; ok && !q.IsZero() {
-			return fmt.Sprintf("node %s has %s %s from AWS's EFA device plugin, which owns these EFAs: remove the device plugin from this node (or run with --allow-with-device-plugin)", node, q.String(), DevicePluginResource)
+		if v := n.Labels[AutoModeLabel]; v == AutoModeValue {
+			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), whose own DRA driver publishes its EFAs as dra.net: two publishers of one pool would fight; keep efakit off Auto Mode nodes (the chart's default affinity does)", node, AutoModeLabel, v)}, nil
 		}
-		return ""
+		if q, ok := n.Status.Capacity[DevicePluginResource]; ok && !q.IsZero() && !allowDevicePlugin {
+			return Verdict{Key: "device-plugin", Reason: fmt.Sprintf("node %s has %s %s from AWS's EFA device plugin, which owns these EFAs: remove the device plugin from this node (or run with --allow-with-device-plugin)", node, q.String(), DevicePluginResource)}, nil
+		}
+		return Verdict{}, nil
+	}
+}
+
+// publisherCheck says to stand aside where ResourceSlices of the driver
+// name on the node hold devices efakit does not write: another dra.net
+// driver publishes there.
+func publisherCheck(client kubernetes.Interface, driverName, node string) func(ctx context.Context) (Verdict, error) {
+	return func(ctx context.Context) (Verdict, error) {
+		l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"spec.driver": driverName, "spec.nodeName": node}.String()})
+		if err != nil {
+			return Verdict{}, fmt.Errorf("listing the %s ResourceSlices of node %s: %w", driverName, node, err)
+		}
+		if foreign := ForeignSlices(l.Items, driverName, node); len(foreign) > 0 {
+			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("another %s driver publishes on node %s (%s): two publishers of one driver name fight over the node's slices; remove one of them", driverName, node, strings.Join(foreign, "; "))}, nil
+		}
+		return Verdict{}, nil
+	}
+}
+
+// prechecks runs the checks in order: the first reason to stand aside
+// wins; with none, an error of any check means the plugin cannot tell.
+func prechecks(checks ...func(context.Context) (Verdict, error)) func(context.Context) (Verdict, error) {
+	return func(ctx context.Context) (Verdict, error) {
+		var errs []error
+		for _, check := range checks {
+			v, err := check(ctx)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if v.Reason != "" {
+				return v, nil
+			}
+		}
+		return Verdict{}, errors.Join(errs...)
 	}
 }
 
@@ -149,25 +190,18 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if live == nil {
 		live = efa.Netlink{}
 	}
-	checks := []func(context.Context) string{netnsCheck(live)}
-	if !o.AllowDevicePlugin {
-		checks = append(checks, devicePluginCheck(o.KubeClient, o.Config.NodeName))
-	}
-	plugin.Precheck = func(ctx context.Context) string {
-		for _, check := range checks {
-			if reason := check(ctx); reason != "" {
-				return reason
-			}
-		}
-		return ""
-	}
+	plugin.Precheck = prechecks(netnsCheck(live),
+		nodeCheck(o.KubeClient, o.Config.NodeName, o.AllowDevicePlugin),
+		publisherCheck(o.KubeClient, driverName, o.Config.NodeName))
 	if o.HealthInterval > 0 {
 		plugin.HealthInterval = o.HealthInterval
 	}
-	// The first scan fills the inventory before the kubelet can call.
+	// The first scan fills the inventory, and the first check for another
+	// owner of the EFAs decides, before the kubelet can call.
 	if _, err := plugin.Rescan(ctx); err != nil {
 		logger.Error(err, "scanning sysfs")
 	}
+	plugin.Recheck(ctx)
 
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(driverName),
@@ -186,8 +220,16 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
-	plugin.SetPublisher(helper)
-	plugin.Recheck(ctx)
+	// The slices are published by a controller the plugin can stop without
+	// deleting another publisher's slices (see SlicePublisher); checked
+	// for another owner before the first publish.
+	pub := &SlicePublisher{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
+		ErrorHandler: func(ctx context.Context, err error, msg string) {
+			plugin.HandleError(ctx, fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, err), msg)
+		}}
+	defer pub.Stop()
+	WatchForeign(ctx, o.KubeClient, driverName, o.Config.NodeName, plugin.kickRescan)
+	plugin.SetPublisher(pub)
 	if _, err := plugin.Publish(ctx); err != nil {
 		logger.Error(err, "publishing")
 	}

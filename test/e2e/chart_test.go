@@ -106,7 +106,8 @@ func TestChartRenders(t *testing.T) {
 	assert.Equal(t, "metadata.uid", env["POD_UID"].FieldRef.FieldPath, "POD_UID for rolling updates")
 	assert.Equal(t, int32(0), ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntVal)
 	assert.Contains(t, c.Args, "--groups=none")
-	// The default affinity keeps the plugin off device-plugin nodes.
+	// The default affinity keeps the plugin off device-plugin nodes and
+	// off EKS Auto Mode nodes (AWS's own dra.net driver runs there).
 	terms := ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	require.Len(t, terms, 1)
 	var keys []string
@@ -114,11 +115,16 @@ func TestChartRenders(t *testing.T) {
 		keys = append(keys, e.Key+" "+string(e.Operator))
 	}
 	assert.Contains(t, keys, "efakit.io/efa-device-plugin DoesNotExist")
+	assert.Contains(t, keys, "eks.amazonaws.com/compute-type NotIn")
 
-	// Least privilege: no secrets, no pods, no wildcard.
+	// Least privilege: no secrets, no wildcard; pods only read (the
+	// libfabric environment's container check).
 	for _, r := range role.Rules {
 		for _, res := range r.Resources {
-			assert.Contains(t, []string{"resourceclaims", "resourceslices", "nodes"}, res)
+			assert.Contains(t, []string{"resourceclaims", "resourceslices", "nodes", "pods"}, res)
+			if res == "pods" {
+				assert.Equal(t, []string{"get"}, r.Verbs)
+			}
 		}
 		assert.NotContains(t, r.Verbs, "*")
 	}
