@@ -27,11 +27,14 @@ type Template struct {
 	PerNode int
 }
 
-// AllPod is a pod that takes every accelerator and EFA of a node through
-// several claims, where one claim would pass the 32-device limit.
+// AllPod is a pod that takes every accelerator and EFA of a node.
 type AllPod struct {
 	Pod     *corev1.Pod
 	Comment string
+	// Paired is true when each of its claims pairs accelerators with
+	// their EFAs (one claim per accelerator); false when it takes the
+	// node's EFAs in one claim and its accelerators in another.
+	Paired bool
 }
 
 func request(name, class string, count int64) resourceapi.DeviceRequest {
@@ -59,9 +62,12 @@ func template(name string, reqs []resourceapi.DeviceRequest, qn resourceapi.Qual
 // ClaimTemplates are the claims that fit the machine of t in the given
 // group mode: one EFA; one accelerator (or the fewest that share their
 // EFAs) with the EFAs that belong to it, by exact count and a shared
-// pcieRoot (or Neuron device group); and, where one claim would pass 32
-// devices, a pod taking the whole node through several claims. They need
-// nothing beyond the stable API.
+// pcieRoot (or Neuron device group); and the whole node, with a pod that
+// takes it: in one claim where the node's accelerators and EFAs fit the 32
+// devices a claim holds, else its EFAs in one claim and its accelerators in
+// another (p5: 32 EFAs and 8 GPUs), so that no container's EFAs are split
+// over claims when one claim can hold them. They need nothing beyond the
+// stable API.
 func ClaimTemplates(t *topology.Topology, mode GroupMode, efaClass string) ([]Template, *AllPod) {
 	if efaClass == "" {
 		efaClass = DefaultDeviceClass
@@ -185,48 +191,69 @@ func ClaimTemplates(t *topology.Topology, mode GroupMode, efaClass string) ([]Te
 		return out, nil
 	}
 	nEFA := len(efas)
+	efaReq := request("efas", efaClass, int64(len(efas)))
 	if mode == GroupsExclusive {
 		nEFA = len(Groups(t, efas).List)
+		efaReq = request("efas", DefaultGroupDeviceClass, int64(nEFA))
 	}
-	total := len(t.Accelerators()) + nEFA
-	if total <= resourceapi.AllocationResultsMaxSize {
+	var accReqs []resourceapi.DeviceRequest
+	if len(gpus) > 0 {
+		accReqs = append(accReqs, request("gpus", GPUDeviceClass, int64(len(gpus))))
+	}
+	if len(neurons) > 0 {
+		accReqs = append(accReqs, request("neurons", NeuronDeviceClass, int64(len(neurons))))
+	}
+	nAcc := len(t.Accelerators())
+	if nAcc+nEFA <= resourceapi.AllocationResultsMaxSize {
 		// One claim holds the whole node.
-		var reqs []resourceapi.DeviceRequest
-		if len(gpus) > 0 {
-			reqs = append(reqs, request("gpus", GPUDeviceClass, int64(len(gpus))))
-		}
-		if len(neurons) > 0 {
-			reqs = append(reqs, request("neurons", NeuronDeviceClass, int64(len(neurons))))
-		}
-		if mode == GroupsExclusive {
-			reqs = append(reqs, request("efas", DefaultGroupDeviceClass, int64(len(Groups(t, efas).List))))
-		} else {
-			reqs = append(reqs, request("efas", efaClass, int64(len(efas))))
-		}
-		whole := Template{Template: template("whole-node", reqs, ""), PerNode: 1,
-			Comment: fmt.Sprintf("every accelerator and EFA of the node in one claim (%d devices, within the 32 a claim holds)", total)}
+		whole := Template{Template: template("whole-node", append(accReqs, efaReq), ""), PerNode: 1,
+			Comment: fmt.Sprintf("every accelerator and EFA of the node in one claim (%d devices, within the 32 a claim holds)", nAcc+nEFA)}
 		out = append(out, whole)
-		return out, allPod(t, &out[len(out)-1], 1, whole.Comment)
+		return out, allPod(&out[len(out)-1], 1, whole.Comment)
 	}
-	return out, allPod(t, perAccel, perAccel.PerNode, fmt.Sprintf(
-		"every accelerator and EFA of the node: %d devices pass the 32 a claim holds, so %d claims of %s in one pod, each paired on its own root or device group",
-		total, perAccel.PerNode, perAccel.Template.Name))
+	if nEFA <= resourceapi.AllocationResultsMaxSize && nAcc <= resourceapi.AllocationResultsMaxSize {
+		// A container's EFAs in one claim, its accelerators in another:
+		// every EFA reaches the container through one CDI device, and
+		// taking everything needs no pairing.
+		efaT := Template{Template: template("whole-node-efas", []resourceapi.DeviceRequest{efaReq}, ""), PerNode: 1,
+			Comment: fmt.Sprintf("every EFA of the node in one claim (%d), beside whole-node-accelerators", nEFA)}
+		accT := Template{Template: template("whole-node-accelerators", accReqs, ""), PerNode: 1,
+			Comment: fmt.Sprintf("every accelerator of the node in one claim (%d), beside whole-node-efas", nAcc)}
+		out = append(out, accT, efaT)
+		pod := allPod(&out[len(out)-2], 1, "")
+		pod.add(&out[len(out)-1])
+		pod.Comment = fmt.Sprintf("every accelerator and EFA of the node: %d devices pass the 32 a claim holds, so two claims, the %d accelerators in one and the %d EFAs in the other, both given to one container",
+			nAcc+nEFA, nAcc, nEFA)
+		return out, pod
+	}
+	pod := allPod(perAccel, perAccel.PerNode, fmt.Sprintf(
+		"every accelerator and EFA of the node: %d devices pass the 32 a claim holds, and so do the EFAs alone, so %d claims of %s in one pod, each paired on its own root or device group",
+		nAcc+nEFA, perAccel.PerNode, perAccel.Template.Name))
+	pod.Paired = true
+	return out, pod
 }
 
-// allPod is a pod taking n claims of one template.
-func allPod(t *topology.Topology, tm *Template, n int, comment string) *AllPod {
+// allPod is a pod taking n claims of one template, in one container.
+func allPod(tm *Template, n int, comment string) *AllPod {
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "whole-node"},
 	}
-	var names []corev1.ResourceClaim
-	for i := range n {
-		tn := tm.Template.Name
-		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: fmt.Sprintf("part-%d", i), ResourceClaimTemplateName: &tn})
-		names = append(names, corev1.ResourceClaim{Name: fmt.Sprintf("part-%d", i)})
+	pod.Spec.Containers = []corev1.Container{{Name: "train", Image: "training-image"}}
+	a := &AllPod{Pod: pod, Comment: comment}
+	for range n {
+		a.add(tm)
 	}
-	pod.Spec.Containers = []corev1.Container{{Name: "train", Image: "training-image", Resources: corev1.ResourceRequirements{Claims: names}}}
-	return &AllPod{Pod: pod, Comment: comment}
+	return a
+}
+
+// add gives the pod's container one more claim of a template.
+func (a *AllPod) add(tm *Template) {
+	tn := tm.Template.Name
+	name := fmt.Sprintf("part-%d", len(a.Pod.Spec.ResourceClaims))
+	a.Pod.Spec.ResourceClaims = append(a.Pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: &tn})
+	c := &a.Pod.Spec.Containers[0]
+	c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: name})
 }
 
 // rootStats counts GPUs and EFAs per PCIe root.
