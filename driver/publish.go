@@ -12,6 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -77,14 +78,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	}
 	// A group is as healthy as its least healthy member, named.
 	for name, members := range groups {
-		h := deviceHealth{status: kubeletplugin.HealthStatusHealthy}
-		for _, m := range members {
-			if mh := healthy[m]; mh.status == kubeletplugin.HealthStatusUnhealthy {
-				h = deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("member %s: %s", m, mh.message), reasonMember}
-				break
-			}
-		}
-		healthy[name] = h
+		healthy[name] = groupHealth(members, healthy)
 	}
 	p.inventory, p.health, p.groups = inv, healthy, groups
 	for name, attrs := range groupAttrs {
@@ -120,28 +114,40 @@ func efaHealth(d *topology.Device) deviceHealth {
 // in the driver's domain: "<driver>/unhealthy", its value the reason.
 func (c Config) TaintKey() string { return c.driverName() + "/unhealthy" }
 
-// withHealth keeps unhealthy devices out of new allocations without
-// touching allocated claims: a NoSchedule taint on each unhealthy device
-// (a group with an unhealthy member included), or, where the API server
-// drops taints (no DRADeviceTaints, before Kubernetes 1.36 by default),
-// the device left out of the slice.
+// withHealth applies the plugin's health to the resources of a scan.
 func (p *Plugin) withHealth(res resourceslice.DriverResources) *resourceslice.DriverResources {
+	out, n := applyHealth(res, p.health, p.cfg, p.taintsDropped)
+	taint, withhold := float64(n), 0.0
+	if p.taintsDropped {
+		taint, withhold = 0, float64(n)
+	}
+	p.Metrics.Unhealthy.WithLabelValues("taint").Set(taint)
+	p.Metrics.Unhealthy.WithLabelValues("withhold").Set(withhold)
+	return out
+}
+
+// applyHealth keeps unhealthy devices out of new allocations without
+// touching allocated claims: a NoSchedule taint on each unhealthy device
+// (a group with an unhealthy member included), or, with withhold (the API
+// server drops taints: no DRADeviceTaints, before Kubernetes 1.36 by
+// default), the device left out of its slice. It returns the count.
+func applyHealth(res resourceslice.DriverResources, health map[string]deviceHealth, cfg Config, withhold bool) (*resourceslice.DriverResources, int) {
 	out := res.DeepCopy()
 	n := 0
 	for poolName, pool := range out.Pools {
 		for i := range pool.Slices {
 			devs := pool.Slices[i].Devices[:0:0]
 			for _, d := range pool.Slices[i].Devices {
-				h, ok := p.health[d.Name]
+				h, ok := health[d.Name]
 				if !ok || h.status != kubeletplugin.HealthStatusUnhealthy {
 					devs = append(devs, d)
 					continue
 				}
 				n++
-				if p.taintsDropped {
+				if withhold {
 					continue
 				}
-				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: p.cfg.TaintKey(), Value: h.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: cfg.TaintKey(), Value: h.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 				devs = append(devs, d)
 			}
 			if pool.Slices[i].Devices != nil && devs == nil {
@@ -151,13 +157,44 @@ func (p *Plugin) withHealth(res resourceslice.DriverResources) *resourceslice.Dr
 		}
 		out.Pools[poolName] = pool
 	}
-	taint, withhold := float64(n), 0.0
-	if p.taintsDropped {
-		taint, withhold = 0, float64(n)
+	return out, n
+}
+
+// PublishedResources are the devices as the plugin publishes them for the
+// topology: Resources, with each unhealthy EFA and group tainted
+// (`efakit slices` prints them; the plugin applies its own running health
+// the same way).
+func PublishedResources(t *topology.Topology, names *pcie.Names, cfg Config) (resourceslice.DriverResources, error) {
+	res, err := Resources(t, names, cfg)
+	health := map[string]deviceHealth{}
+	var members []*topology.Device
+	for _, d := range t.Of(topology.KindEFA) {
+		health[DeviceName(d.PCI.Address)] = efaHealth(d)
+		if d.EFA.Verbs != nil {
+			members = append(members, d)
+		}
 	}
-	p.Metrics.Unhealthy.WithLabelValues("taint").Set(taint)
-	p.Metrics.Unhealthy.WithLabelValues("withhold").Set(withhold)
-	return out
+	if cfg.Groups != GroupsNone {
+		for _, g := range Groups(t, members).List {
+			var names []string
+			for _, m := range g.Members {
+				names = append(names, DeviceName(m.PCI.Address))
+			}
+			health[GroupDeviceName(g.Root)] = groupHealth(names, health)
+		}
+	}
+	out, _ := applyHealth(res, health, cfg, false)
+	return *out, err
+}
+
+// groupHealth is a group's health: its first unhealthy member's, named.
+func groupHealth(members []string, health map[string]deviceHealth) deviceHealth {
+	for _, m := range members {
+		if mh := health[m]; mh.status == kubeletplugin.HealthStatusUnhealthy {
+			return deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("member %s: %s", m, mh.message), reasonMember}
+		}
+	}
+	return deviceHealth{status: kubeletplugin.HealthStatusHealthy}
 }
 
 // withdrawer is a Publisher that can stop publishing and remove what it

@@ -22,6 +22,7 @@ import (
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
 )
 
 // portDown is the p5 fixture with the EFA at bus:00.0's port DOWN.
@@ -272,4 +273,23 @@ func TestWithdrawKeepsForeignSlices(t *testing.T) {
 		return err == nil && len(l.Items) == 1 && l.Items[0].Name == "other"
 	}, 5*time.Second, 20*time.Millisecond, "efakit's slice withdrawn, the other kept")
 	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "another dra.net driver")
+}
+
+// TestPublishedResourcesTaint: efakit slices prints what the plugin
+// publishes, the unhealthy EFA's taint included.
+func TestPublishedResourcesTaint(t *testing.T) {
+	t.Parallel()
+	topo, err := topology.Scan(portDown(t, "50"))
+	require.NoError(t, err)
+	res, err := driver.PublishedResources(topo, nil, driver.Config{NodeName: node})
+	require.NoError(t, err)
+	tainted := map[string]string{}
+	for _, s := range res.Pools[node].Slices {
+		for _, d := range s.Devices {
+			for _, tn := range d.Taints {
+				tainted[d.Name] = tn.Key + "=" + tn.Value + ":" + string(tn.Effect)
+			}
+		}
+	}
+	assert.Equal(t, map[string]string{"efa-0000-50-00-0": "dra.net/unhealthy=port-not-active:NoSchedule"}, tainted)
 }

@@ -6,6 +6,7 @@
 //	efakit slices [--sysfs PATH] --node NAME [-o json|yaml]
 //	efakit deviceclasses [-o json|yaml]
 //	efakit snapshot [--sysfs PATH] -o FILE
+//	efakit doctor [--sysfs PATH] [--dev DIR] [--node NAME] [-o text|json]
 //	efakit version
 package main
 
@@ -31,6 +32,7 @@ commands:
   claims         ResourceClaimTemplates that fit this machine (--sysfs PATH, --groups none|exclusive|mixed)
   deviceclasses  the DeviceClasses the project ships (-o json|yaml)
   snapshot   capture what efakit reads from sysfs into a file (--sysfs PATH, -o FILE)
+  doctor     check what makes EFAs work here, on a node or in a pod (--sysfs PATH, --dev DIR, --node NAME, -o text|json)
   version    print the version
 
 --sysfs takes a directory (default /sys) or a capture file.
@@ -55,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDeviceClasses(args[1:], stdout, stderr)
 	case "snapshot":
 		return cmdSnapshot(args[1:], stdout, stderr)
+	case "doctor":
+		return cmdDoctor(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "efakit %s\n", version)
 		return 0

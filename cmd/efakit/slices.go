@@ -74,7 +74,7 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	topo, scanErr := topology.Scan(r)
 	names, _ := pcie.LoadNames()
 	cfg := driver.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList, Groups: mode}
-	res, buildErr := driver.Resources(topo, names, cfg)
+	res, buildErr := driver.PublishedResources(topo, names, cfg)
 	if err := printObjects(stdout, *out, driver.Slices(res, cfg)); err != nil {
 		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
 		return 1

@@ -79,7 +79,9 @@ func freePort() (int, error) {
 
 // startControlPlane starts etcd (from the machine: Debian's etcd-server)
 // and a kube-apiserver with a static admin token and RBAC.
-func startControlPlane() (*controlPlane, error) {
+// startControlPlane starts etcd and kube-apiserver on loopback, the
+// server with extra arguments (feature gates) where given.
+func startControlPlane(apiArgs ...string) (*controlPlane, error) {
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, fmt.Errorf("etcd is not installed (apt-get install etcd-server): %w", err)
@@ -129,6 +131,7 @@ func startControlPlane() (*controlPlane, error) {
 		"--service-cluster-ip-range", "10.96.0.0/24", "--advertise-address", "127.0.0.1",
 		// A loopback address cannot be a kubernetes service endpoint.
 		"--endpoint-reconciler-type", "none"}
+	c.apiCmd = append(c.apiCmd, apiArgs...)
 	if err := c.start(c.apiCmd[0], c.apiCmd[1:]...); err != nil {
 		return nil, err
 	}

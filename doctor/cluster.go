@@ -1,0 +1,109 @@
+package doctor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/efakit/efakit/driver"
+)
+
+// devicePlugin checks for AWS's EFA device plugin on the node: its
+// extended resource in the Node's capacity (the API), and its socket in the
+// kubelet's device-plugins directory (the node). Two owners of one EFA
+// would give it to two pods, so efakit's plugin stands aside where the
+// resource shows.
+func (f *facts) devicePlugin() Check {
+	var parts []part
+	if f.node == nil {
+		parts = append(parts, part{Skip, f.apiSkip, ""})
+	} else if q, ok := f.node.Status.Capacity[driver.DevicePluginResource]; ok && !q.IsZero() {
+		parts = append(parts, part{Fail, fmt.Sprintf("node %s has capacity %s: %s (AWS's EFA device plugin owns its EFAs)", f.node.Name, driver.DevicePluginResource, q.String()),
+			"remove AWS's EFA device plugin from this node: efakit's plugin publishes nothing while the node shows the resource"})
+	} else {
+		parts = append(parts, part{Pass, fmt.Sprintf("node %s has no %s capacity", f.node.Name, driver.DevicePluginResource), ""})
+	}
+
+	dir := filepath.Join(f.o.KubeletDir, "device-plugins")
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		parts = append(parts, part{Skip, fmt.Sprintf("no %s here", dir), ""})
+	case err != nil:
+		parts = append(parts, part{Warn, err.Error(), "check --kubelet-dir, and run as root"})
+	default:
+		var sockets []string
+		for _, e := range ents {
+			if e.Type()&fs.ModeSocket != 0 && strings.Contains(strings.ToLower(e.Name()), "efa") {
+				sockets = append(sockets, e.Name())
+			}
+		}
+		if len(sockets) > 0 {
+			parts = append(parts, part{Warn, fmt.Sprintf("an EFA device plugin's socket in %s: %s", dir, strings.Join(sockets, ", ")),
+				"remove AWS's EFA device plugin (its DaemonSet) from this node"})
+		} else {
+			parts = append(parts, part{Pass, fmt.Sprintf("no EFA device plugin socket in %s", dir), ""})
+		}
+	}
+	return combine(CheckDevicePlugin, parts...)
+}
+
+// draDriver checks for a second publisher of the driver name: EKS Auto
+// Mode ships AWS's own dra.net, and any ResourceSlice of the driver on the
+// node that efakit did not write is someone else's (the API); more than
+// one registration of the driver with the kubelet (the node).
+func (f *facts) draDriver() Check {
+	drv := f.o.DriverName
+	var parts []part
+	if f.node == nil {
+		parts = append(parts, part{Skip, f.apiSkip, ""})
+	} else {
+		if f.node.Labels[driver.AutoModeLabel] == driver.AutoModeValue {
+			parts = append(parts, part{Fail, fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), which runs AWS's own %s", f.node.Name, driver.AutoModeLabel, driver.AutoModeValue, drv),
+				"run efakit on nodes outside EKS Auto Mode (its chart keeps off them)"})
+		}
+		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.driver", drv), fields.OneTermEqualSelector("spec.nodeName", f.node.Name))
+		list, err := f.o.Client.ResourceV1().ResourceSlices().List(f.ctx, metav1.ListOptions{FieldSelector: sel.String()})
+		if err != nil {
+			parts = append(parts, part{Skip, fmt.Sprintf("listing the ResourceSlices of %s on %s: %v", drv, f.node.Name, err), ""})
+		} else if foreign := driver.ForeignSlices(list.Items, drv, f.node.Name); len(foreign) > 0 {
+			parts = append(parts, part{Fail, fmt.Sprintf("another publisher of %s on node %s: %s", drv, f.node.Name, listNames(foreign, 4)),
+				fmt.Sprintf("remove the other %s driver from this node: two publishers of one driver name on a node hand out each other's devices", drv)})
+		} else {
+			parts = append(parts, part{Pass, fmt.Sprintf("%s of %s on node %s, all efakit's", plural(len(list.Items), "ResourceSlice"), drv, f.node.Name), ""})
+		}
+	}
+
+	dir := filepath.Join(f.o.KubeletDir, "plugins_registry")
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		parts = append(parts, part{Skip, fmt.Sprintf("no %s here", dir), ""})
+	case err != nil:
+		parts = append(parts, part{Warn, err.Error(), "check --kubelet-dir, and run as root"})
+	default:
+		var regs []string
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), drv+"-") {
+				regs = append(regs, e.Name())
+			}
+		}
+		switch len(regs) {
+		case 0:
+			parts = append(parts, part{Warn, fmt.Sprintf("no %s registration in %s: efakit's plugin is not registered with this node's kubelet", drv, dir),
+				"install efakit's chart, and check its pod on this node"})
+		case 1:
+			parts = append(parts, part{Pass, fmt.Sprintf("one %s registration in %s: %s", drv, dir, regs[0]), ""})
+		default:
+			parts = append(parts, part{Warn, fmt.Sprintf("%d %s registrations in %s: %s (a rolling update in progress, or a second %s driver)", len(regs), drv, dir, strings.Join(regs, ", "), drv),
+				fmt.Sprintf("if it stays so, another %s driver runs on this node: remove it", drv)})
+		}
+	}
+	return combine(CheckDRADriver, parts...)
+}

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/efakit/efakit/driver"
+)
+
+// portDownFixture is the p5 capture with the port of the EFA at
+// 0000:50:00.0 DOWN.
+func portDownFixture(t *testing.T) string {
+	t.Helper()
+	capture, err := os.ReadFile("../../testdata/sysfs/p5.48xlarge.sysfs")
+	require.NoError(t, err)
+	const state = `0000:50:00.0/infiniband/rdmap80s0/ports/1/state "4: ACTIVE\n"`
+	require.Contains(t, string(capture), state)
+	fixture := filepath.Join(t.TempDir(), "p5-port-down.sysfs")
+	require.NoError(t, os.WriteFile(fixture, []byte(strings.Replace(string(capture), state, `0000:50:00.0/infiniband/rdmap80s0/ports/1/state "1: DOWN\n"`, 1)), 0o644))
+	return fixture
+}
+
+// TestUnhealthyWithheldWithoutTaints: an API server that drops device
+// taints (DRADeviceTaints off, as 1.34 and 1.35 have it by default) makes
+// the plugin leave the unhealthy EFA out of its slice instead, and say so.
+func TestUnhealthyWithheldWithoutTaints(t *testing.T) {
+	c, err := startControlPlane("--feature-gates=DRADeviceTaints=false,DRADeviceTaintRules=false")
+	require.NoError(t, err)
+	t.Cleanup(c.stop)
+	n := newE2ENode(t, c, "p5-no-taints", portDownFixture(t), driver.GroupsNone)
+	var names []string
+	for _, s := range n.slices(31) {
+		for _, d := range s.Spec.Devices {
+			names = append(names, d.Name)
+			assert.Empty(t, d.Taints)
+		}
+	}
+	assert.NotContains(t, names, "efa-0000-50-00-0", "withheld")
+	require.Eventually(t, func() bool {
+		log, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
+		return strings.Contains(string(log), "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
+	}, 10*time.Second, 100*time.Millisecond)
+}
+
+// TestSchedulerSkipsUnhealthyEFA: on a p5 whose EFA at 0000:50:00.0 has
+// its port DOWN, the plugin publishes that EFA with a NoSchedule taint,
+// the real API server keeps it (DRADeviceTaints is on in 1.37), and the
+// real scheduler gives it to no claim, while its healthy neighbour is
+// allocated.
+func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	ctx := context.Background()
+	fixture := portDownFixture(t)
+
+	n := newE2ENode(t, c, "p5-unhealthy", fixture, driver.GroupsNone)
+	var taints []resourceapi.DeviceTaint
+	for _, s := range n.slices(32) {
+		for _, d := range s.Spec.Devices {
+			if d.Name == "efa-0000-50-00-0" {
+				taints = d.Taints
+			} else {
+				assert.Empty(t, d.Taints, d.Name)
+			}
+		}
+	}
+	require.Len(t, taints, 1, "the API server kept the taint")
+	assert.Equal(t, "dra.net/unhealthy", taints[0].Key)
+	assert.Equal(t, "port-not-active", taints[0].Value)
+	assert.Equal(t, resourceapi.DeviceTaintEffectNoSchedule, taints[0].Effect)
+	assert.NotNil(t, taints[0].TimeAdded, "set by the API server")
+
+	at := func(addr string) resourceapi.ResourceClaimSpec {
+		var s resourceapi.ResourceClaimSpec
+		s.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: "efa.networking.k8s.aws", Count: 1,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["dra.net"].pciAddress == "` + addr + `"`}}}}}}
+		return s
+	}
+	healthy, nodes := n.schedule("healthy-neighbour", at("0000:51:00.0"), 1)
+	assert.Equal(t, []string{"efa-0000-51-00-0"}, byReq(healthy)["efa"])
+	assert.Len(t, nodes, 1)
+
+	_, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "on-the-down-efa"}, Spec: at("0000:50:00.0")}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cn := "on-the-down-efa"
+	n.pod("on-the-down-efa-0", corev1.PodResourceClaim{Name: "c", ResourceClaimName: &cn})
+	// The scheduler tries and gives up: the pod stays unschedulable.
+	require.Eventually(t, func() bool {
+		p, err := c.client.CoreV1().Pods("default").Get(ctx, "on-the-down-efa-0", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 200*time.Millisecond, "the scheduler's verdict")
+	time.Sleep(2 * time.Second)
+	cl, err := c.client.ResourceV1().ResourceClaims("default").Get(ctx, "on-the-down-efa", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Nil(t, cl.Status.Allocation, "the tainted EFA is given to no claim")
+}
