@@ -373,6 +373,8 @@ func TestContainerWholeNode(t *testing.T) {
 			if env {
 				for _, c := range claims {
 					assert.Contains(t, prepared[c.Name].Error, "container train of pod default/whole takes EFAs from")
+					assert.Contains(t, prepared[c.Name].Error, "takes EFAs from 8 requests")
+					assert.Contains(t, prepared[c.Name].Error, "each sets the libfabric environment")
 					assert.Contains(t, prepared[c.Name].Error, "libfabric would use a subset")
 				}
 				return
@@ -482,7 +484,7 @@ func TestContainerEnvironment(t *testing.T) {
 		other := efaClaim("u7", "d0000000-0000-0000-0000-000000000007", map[string][]int{"efas": p5GPU(5)[2:]}, mix)
 		// The shared claim, prepared already, is not in the kubelet's call.
 		r := n.preparePod(mix, other)["u7"]
-		assert.Contains(t, r.Error, "container train of pod default/u-mix takes EFAs from claim u6 request efas, claim u7 request efas, and claim u6 request efas sets the libfabric environment")
+		assert.Contains(t, r.Error, "container train of pod default/u-mix takes EFAs from 2 requests (claim u6 request efas, claim u7 request efas), and claim u6 request efas sets the libfabric environment")
 	})
 	t.Run("bad configuration is refused naming it", func(t *testing.T) {
 		pod := podUsing("u-bad", []string{"u8"}, map[string][]string{"train": {"u8"}})

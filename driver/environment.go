@@ -261,8 +261,13 @@ func mixed(pod *corev1.Pod, ctr string, srcs []source) error {
 		return nil
 	}
 	sort.Strings(all)
-	return fmt.Errorf("container %s of pod %s/%s takes EFAs from %s, and %s sets the libfabric environment (env: libfabric): FI_EFA_IFACE would name only one of them and libfabric would use a subset of the container's EFAs; leave env at none (the default) or give the container all its EFAs in one request",
-		ctr, pod.Namespace, pod.Name, strings.Join(all, ", "), strings.Join(withEnv, ", "))
+	sort.Strings(withEnv)
+	which := strings.Join(withEnv, ", ") + " sets"
+	if len(withEnv) == len(all) {
+		which = "each sets"
+	}
+	return fmt.Errorf("container %s of pod %s/%s takes EFAs from %d requests (%s), and %s the libfabric environment (env: libfabric): FI_EFA_IFACE would name only some of its EFAs and libfabric would use a subset; leave env at none (the default) or give the container all its EFAs in one request",
+		ctr, pod.Namespace, pod.Name, len(all), strings.Join(all, ", "), which)
 }
 
 // podClaimNames maps a pod's claim names (pod.spec.resourceClaims[].name)

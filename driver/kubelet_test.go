@@ -417,6 +417,18 @@ func TestKubeletRestarts(t *testing.T) {
 		n.start()
 		got, _ := n.specNodes(string(c.UID))
 		assert.Equal(t, want, got, "the spec is back before any call")
+		// A container restart injects every CDI device the prepare result
+		// named, the helper's device-metadata spec included; before, this
+		// failed with "unresolvable CDI devices dra.net/metadata=<uid>_efa".
+		var ids []string
+		for _, d := range r.Devices {
+			ids = append(ids, d.CdiDeviceIds...)
+		}
+		require.Contains(t, ids, "dra.net/metadata="+string(c.UID)+"_efa")
+		g, err := inject(t, n.cdiDir(), nil, ids)
+		require.NoError(t, err)
+		assert.Len(t, g.Nodes, 2)
+		assert.Contains(t, g.Mounts, "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/kept/efa/dra.net-metadata.json")
 		n.stop()
 	})
 	t.Run("corrupt checkpoint: reported, not a crash loop", func(t *testing.T) {
