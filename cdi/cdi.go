@@ -359,16 +359,7 @@ func (w *Writer) Exists(claimUID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("cdi: claim %s: %w", claimUID, err)
-	case !fi.Mode().IsRegular():
-		return false, fmt.Errorf("cdi: claim %s: spec %s is not a regular file (%s)", claimUID, path, fi.Mode().Type())
-	}
-	return true, nil
+	return regularFile(claimUID, path)
 }
 
 // Load reads the claim's spec back and validates it with the CDI library,
