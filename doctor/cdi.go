@@ -38,23 +38,24 @@ func (f *facts) cdi() Check {
 	if err != nil {
 		return Check{ID: CheckCDI, Status: Fail, Message: err.Error(), Fix: "check --cdi-root, and run as root"}
 	}
-	var specs, efaSpecs, metadataSpecs int
-	efaPattern := f.o.DriverName + "-" + cdi.Class + "_*.json"
-	metadataPattern := f.o.DriverName + "_metadata_*.json"
+	specs := 0
 	for _, e := range ents {
 		// What the CDI cache reads: files ending in .json or .yaml.
-		if ext := filepath.Ext(e.Name()); e.IsDir() || ext != ".json" && ext != ".yaml" {
-			continue
-		}
-		specs++
-		if ok, _ := filepath.Match(efaPattern, e.Name()); ok {
-			efaSpecs++
-		}
-		if ok, _ := filepath.Match(metadataPattern, e.Name()); ok {
-			metadataSpecs++
+		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".json" || ext == ".yaml") {
+			specs++
 		}
 	}
-	summary := fmt.Sprintf("%s in %s (%d %s, %d %s)", plural(specs, "spec file"), dir, efaSpecs, efaPattern, metadataSpecs, metadataPattern)
+	// The driver's own files, sorted as the plugin sorts them.
+	var own cdi.Files
+	if w, err := cdi.NewWriter(dir, f.o.DriverName); err == nil {
+		own, _ = w.List()
+	}
+	metadataSpecs := 0
+	for _, names := range own.Metadata {
+		metadataSpecs += len(names)
+	}
+	summary := fmt.Sprintf("%s in %s (%d %s-%s_*.json, %d %s_%s_*.json)", plural(specs, "spec file"), dir,
+		len(own.Specs), f.o.DriverName, cdi.Class, metadataSpecs, f.o.DriverName, cdi.MetadataClass)
 
 	// No watch: one scan, as a runtime's cache makes on start.
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))

@@ -30,14 +30,10 @@ func (f *facts) devicePlugin() Check {
 		parts = append(parts, part{Pass, fmt.Sprintf("node %s has no %s capacity", f.node.Name, driver.DevicePluginResource), ""})
 	}
 
-	dir := filepath.Join(f.o.KubeletDir, "device-plugins")
-	ents, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		parts = append(parts, part{Skip, fmt.Sprintf("no %s here", dir), ""})
-	case err != nil:
-		parts = append(parts, part{Warn, err.Error(), "check --kubelet-dir, and run as root"})
-	default:
+	dir, ents, unread := f.kubeletDir("device-plugins")
+	if unread != nil {
+		parts = append(parts, *unread)
+	} else {
 		var sockets []string
 		for _, e := range ents {
 			if e.Type()&fs.ModeSocket != 0 && strings.Contains(strings.ToLower(e.Name()), "efa") {
@@ -80,14 +76,10 @@ func (f *facts) draDriver() Check {
 		}
 	}
 
-	dir := filepath.Join(f.o.KubeletDir, "plugins_registry")
-	ents, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		parts = append(parts, part{Skip, fmt.Sprintf("no %s here", dir), ""})
-	case err != nil:
-		parts = append(parts, part{Warn, err.Error(), "check --kubelet-dir, and run as root"})
-	default:
+	dir, ents, unread := f.kubeletDir("plugins_registry")
+	if unread != nil {
+		parts = append(parts, *unread)
+	} else {
 		var regs []string
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), drv+"-") {
@@ -106,4 +98,18 @@ func (f *facts) draDriver() Check {
 		}
 	}
 	return combine(CheckDRADriver, parts...)
+}
+
+// kubeletDir lists a directory of the kubelet's; when it cannot, the part
+// says why (skip where it is not there, warn where it cannot be read).
+func (f *facts) kubeletDir(name string) (string, []fs.DirEntry, *part) {
+	dir := filepath.Join(f.o.KubeletDir, name)
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return dir, nil, &part{Skip, fmt.Sprintf("no %s here", dir), ""}
+	case err != nil:
+		return dir, nil, &part{Warn, err.Error(), "check --kubelet-dir, and run as root"}
+	}
+	return dir, ents, nil
 }

@@ -118,7 +118,9 @@ func flatten(err error) []error {
 const verbsClass = "class/infiniband_verbs"
 
 // readVerbs lists every uverbs device of sysfs with its RDMA device and
-// number. The class directory also holds abi_version, which is no device.
+// number: an EFA's from the scan, which read them already; any other's
+// (mlx5, say) from its class directory. The class directory also holds
+// abi_version, which is no device.
 func (f *facts) readVerbs() {
 	ents, err := f.sysfs.ReadDir(verbsClass)
 	if err != nil {
@@ -127,13 +129,23 @@ func (f *facts) readVerbs() {
 		}
 		return
 	}
+	scanned := make(map[string]*efa.Device, len(f.efas)) // by uverbs name
 	efaNames := make(map[string]bool, len(f.efas))
 	for _, d := range f.efas {
 		efaNames[d.Name] = true
+		if d.Verbs != nil {
+			scanned[d.Verbs.Name] = d
+		}
 	}
 	for _, e := range ents {
 		n, ok := uverbsNumber(e.Name())
 		if !ok {
+			continue
+		}
+		path := filepath.Join(f.o.DevDir, "infiniband", e.Name())
+		if d, ok := scanned[e.Name()]; ok {
+			f.verbs = append(f.verbs, &verbsDevice{Name: e.Name(), Number: n, RDMA: d.Name, EFA: true,
+				Major: d.Verbs.Major, Minor: d.Verbs.Minor, Path: path})
 			continue
 		}
 		dir := verbsClass + "/" + e.Name()
@@ -151,11 +163,7 @@ func (f *facts) readVerbs() {
 			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/dev: %w", dir, sysfs.Cause(err)))
 			continue
 		}
-		f.verbs = append(f.verbs, &verbsDevice{
-			Name: e.Name(), Number: n, RDMA: ibdev, EFA: efaNames[ibdev],
-			Major: major, Minor: minor,
-			Path: filepath.Join(f.o.DevDir, "infiniband", e.Name()),
-		})
+		f.verbs = append(f.verbs, &verbsDevice{Name: e.Name(), Number: n, RDMA: ibdev, EFA: efaNames[ibdev], Major: major, Minor: minor, Path: path})
 	}
 	slices.SortFunc(f.verbs, func(a, b *verbsDevice) int { return a.Number - b.Number })
 }

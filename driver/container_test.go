@@ -337,8 +337,6 @@ func TestContainerGetsItsEFAs(t *testing.T) {
 		check(t, n.containerSees(p1, "train", first), p5GPU(4), 1)
 		check(t, n.containerSees(p2, "train", second), p5GPU(4), 1)
 	})
-	// What is left of the node: GPUs 5-7's twelve EFAs in eight claims is
-	// not possible, so the whole-node shape runs on its own node below.
 }
 
 // TestContainerWholeNode: efakit claims' whole-node shape of old, eight

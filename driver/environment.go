@@ -35,13 +35,7 @@ import (
 // whichever of the two is prepared second. With no libfabric environment
 // anywhere, no pod is read.
 func (p *Plugin) environment(ctx context.Context, c *resourceapi.ResourceClaim, claim checkpoint.Claim, call map[string]*resourceapi.ResourceClaim) (map[string][]string, error) {
-	var refs []string
-	for _, d := range claim.Devices {
-		if !slices.Contains(refs, d.Request) {
-			refs = append(refs, d.Request)
-		}
-	}
-	envs, err := requestEnvs(c.Status.Allocation, p.cfg.driverName(), refs)
+	envs, err := requestEnvs(c.Status.Allocation, p.cfg.driverName(), p.requestRefs(c))
 	if err != nil {
 		return nil, err
 	}
@@ -128,15 +122,10 @@ type source struct {
 	env            bool
 }
 
-// sources are a claim's requests on this node, by base request.
-func (p *Plugin) sources(ctx context.Context, namespace, name string, self *resourceapi.ResourceClaim, selfOn map[string]bool, call map[string]*resourceapi.ResourceClaim) ([]source, error) {
-	if name == self.Name {
-		var out []source
-		for _, ref := range p.requestRefs(self) {
-			out = append(out, source{claim: name, request: baseRequest(ref), env: selfOn[baseRequest(ref)]})
-		}
-		return out, nil
-	}
+// sources are a claim's requests on this node, by base request: from the
+// checkpoint for a claim prepared already, else from the claim in this
+// kubelet call (the one being prepared among them) or the API.
+func (p *Plugin) sources(ctx context.Context, namespace, name string, call map[string]*resourceapi.ResourceClaim) ([]source, error) {
 	for _, pc := range p.state.Claims {
 		if pc.Namespace == namespace && pc.Name == name {
 			var out []source
@@ -202,7 +191,7 @@ func (p *Plugin) checkContainers(ctx context.Context, c *resourceapi.ResourceCla
 				if name == "" {
 					continue
 				}
-				all, err := p.sources(ctx, c.Namespace, name, c, on, call)
+				all, err := p.sources(ctx, c.Namespace, name, call)
 				if err != nil {
 					return nil, err
 				}

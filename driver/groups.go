@@ -61,6 +61,15 @@ type Group struct {
 	Members []*topology.Device // in PCI order
 }
 
+// memberNames are the published device names of the group's members.
+func (g Group) memberNames() []string {
+	out := make([]string, len(g.Members))
+	for i, m := range g.Members {
+		out[i] = DeviceName(m.PCI.Address)
+	}
+	return out
+}
+
 // GroupSet is the groups of a node.
 type GroupSet struct {
 	List   []Group

@@ -68,6 +68,19 @@ func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim)
 	return n
 }
 
+// setEFACapacity sets the node's vpc.amazonaws.com/efa capacity, as AWS's
+// EFA device plugin does; "" removes it.
+func (n *kubeletNode) setEFACapacity(q string) {
+	nodeObj, err := n.client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	require.NoError(n.t, err)
+	nodeObj.Status.Capacity = v1.ResourceList{}
+	if q != "" {
+		nodeObj.Status.Capacity["vpc.amazonaws.com/efa"] = resource.MustParse(q)
+	}
+	_, err = n.client.CoreV1().Nodes().UpdateStatus(context.Background(), nodeObj, metav1.UpdateOptions{})
+	require.NoError(n.t, err)
+}
+
 func (n *kubeletNode) addClaim(c *resourceapi.ResourceClaim) {
 	_, err := n.client.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{})
 	require.NoError(n.t, err)

@@ -23,44 +23,40 @@ const (
 // Mode node, say). An empty slice says nothing about its writer and counts
 // as efakit's.
 func OwnSlice(s *resourceapi.ResourceSlice, driverName string) bool {
-	if s.Spec.Driver != driverName {
-		return false
-	}
+	return s.Spec.Driver == driverName && notOurs(s) == ""
+}
+
+// notOurs names what in a slice efakit does not write ("device eth0",
+// "counter set x"); "" when nothing.
+func notOurs(s *resourceapi.ResourceSlice) string {
 	for _, d := range s.Spec.Devices {
 		kind := d.Attributes[AttrKind].StringValue
 		if kind == nil || (*kind != KindEFA && *kind != KindGroup) || !strings.HasPrefix(d.Name, "efa-") {
-			return false
+			return "device " + d.Name
 		}
 	}
 	for _, c := range s.Spec.SharedCounters {
 		if !strings.HasPrefix(c.Name, "efas-") {
-			return false
+			return "counter set " + c.Name
 		}
 	}
-	return true
+	return ""
 }
 
 // ForeignSlices returns, for the slices of driverName on node, why each one
-// that efakit did not write is someone else's ("slice X: device Y"), so
-// that a second publisher of the driver name is named, not guessed at.
+// that efakit did not write is someone else's ("ResourceSlice X (pool P,
+// device Y)"), so that a second publisher of the driver name is named, not
+// guessed at.
 func ForeignSlices(slices []resourceapi.ResourceSlice, driverName, node string) []string {
 	var out []string
 	for i := range slices {
 		s := &slices[i]
-		if s.Spec.Driver != driverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node || OwnSlice(s, driverName) {
+		if s.Spec.Driver != driverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
 			continue
 		}
-		what := "counter sets"
-		if len(s.Spec.Devices) > 0 {
-			what = fmt.Sprintf("device %s", s.Spec.Devices[0].Name)
-			for _, d := range s.Spec.Devices {
-				if k := d.Attributes[AttrKind].StringValue; k == nil || (*k != KindEFA && *k != KindGroup) || !strings.HasPrefix(d.Name, "efa-") {
-					what = fmt.Sprintf("device %s", d.Name)
-					break
-				}
-			}
+		if what := notOurs(s); what != "" {
+			out = append(out, fmt.Sprintf("ResourceSlice %s (pool %s, %s)", s.Name, s.Spec.Pool.Name, what))
 		}
-		out = append(out, fmt.Sprintf("ResourceSlice %s (pool %s, %s)", s.Name, s.Spec.Pool.Name, what))
 	}
 	return out
 }

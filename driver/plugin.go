@@ -19,8 +19,8 @@ import (
 	"github.com/efakit/efakit/pcie"
 )
 
-// Publisher publishes the node's devices: kubeletplugin.Helper in the
-// plugin, a recorder in tests.
+// Publisher publishes the node's devices: a SlicePublisher in the plugin,
+// a recorder in tests.
 type Publisher interface {
 	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
 }
@@ -70,12 +70,11 @@ type Plugin struct {
 	state         *checkpoint.State
 }
 
-// inventoryDevice is what Prepare needs of a published EFA.
+// inventoryDevice is what Prepare needs of a published EFA, from the last
+// scan: prepare reads the uverbs device numbers from sysfs again.
 type inventoryDevice struct {
 	RDMAName   string
 	Uverbs     string
-	Major      uint32
-	Minor      uint32
 	PCIAddress string
 	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 }

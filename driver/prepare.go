@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -186,17 +187,12 @@ func (p *Plugin) prepareAgain(ctx context.Context, prev checkpoint.Claim, want [
 	for _, d := range prev.Devices {
 		had = append(had, wanted{Request: d.Request, Device: d.Device, Group: d.Group})
 	}
-	key := func(w wanted) string { return w.Request + "\x00" + w.Device + "\x00" + w.Group }
-	a, b := make([]string, len(had)), make([]string, len(want))
-	for i, w := range had {
-		a[i] = key(w)
+	sorted := func(ws []wanted) []wanted {
+		return slices.SortedFunc(slices.Values(ws), func(a, b wanted) int {
+			return cmp.Or(strings.Compare(a.Request, b.Request), strings.Compare(a.Device, b.Device), strings.Compare(a.Group, b.Group))
+		})
 	}
-	for i, w := range want {
-		b[i] = key(w)
-	}
-	slices.Sort(a)
-	slices.Sort(b)
-	if !slices.Equal(a, b) {
+	if !slices.Equal(sorted(had), sorted(want)) {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("prepared for %s, but now allocated %s: unprepare it first", describe(had), describe(want))
 	}
 	claim, err := p.refresh(ctx, prev)
@@ -272,13 +268,18 @@ func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Cl
 		}
 		if c.Env != nil {
 			// FI_EFA_IFACE names RDMA devices, which a reload may
-			// rename too.
+			// rename too. A new map: the old one is the saved state's.
+			reqs, env := cdiRequests(c), make(map[string][]string, len(c.Env))
 			for req, vars := range c.Env {
-				c.Env[req] = withIface(vars, cdiRequests(c)[req].Devices)
+				env[req] = withIface(vars, reqs[req].Devices)
 			}
+			c.Env = env
 		}
 	}
 	ok, err := p.cdi.Exists(c.UID)
+	if err == nil && !ok && len(c.Devices) > 0 {
+		logger.Info("CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
+	}
 	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
 		ids, err := p.cdi.Write(c.UID, cdiRequests(c))
 		if err != nil {

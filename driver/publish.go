@@ -33,10 +33,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	topo, scanErr := topology.Scan(p.sysfs)
 	res, buildErr := Resources(topo, p.names, p.cfg)
 	inv := map[string]inventoryDevice{}
-	healthy := map[string]deviceHealth{}
 	for _, d := range topo.Of(topology.KindEFA) {
-		name := DeviceName(d.PCI.Address)
-		healthy[name] = efaHealth(d)
 		if d.EFA.Verbs == nil {
 			continue
 		}
@@ -44,7 +41,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		if err != nil {
 			continue
 		}
-		inv[name] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name, Major: d.EFA.Verbs.Major, Minor: d.EFA.Verbs.Minor,
+		inv[DeviceName(d.PCI.Address)] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name,
 			PCIAddress: d.PCI.Address.String(), Attributes: dev.Attributes}
 	}
 	groups := map[string][]string{}
@@ -58,9 +55,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		}
 		for _, g := range Groups(topo, members).List {
 			name := GroupDeviceName(g.Root)
-			for _, m := range g.Members {
-				groups[name] = append(groups[name], DeviceName(m.PCI.Address))
-			}
+			groups[name] = g.memberNames()
 			if dev, err := GroupDevice(topo, g, p.cfg); err == nil {
 				groupAttrs[name] = dev.Attributes
 			}
@@ -68,17 +63,15 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	}
 	err := errors.Join(scanErr, buildErr)
 	p.Metrics.observeScan(time.Since(start), err, len(inv))
+	healthy := nodeHealth(topo, groups)
 
 	p.mu.Lock()
-	// A device that was there and is gone is unhealthy until it returns.
-	for name, h := range p.health {
-		if _, ok := healthy[name]; !ok && p.groups[name] == nil && h.reason != reasonMember {
+	// An EFA that was there and is gone is unhealthy until it returns (a
+	// group that is gone is no device any more).
+	for name := range p.health {
+		if _, ok := healthy[name]; !ok && p.groups[name] == nil {
 			healthy[name] = deviceHealth{kubeletplugin.HealthStatusUnhealthy, "device gone from sysfs", "gone"}
 		}
-	}
-	// A group is as healthy as its least healthy member, named.
-	for name, members := range groups {
-		healthy[name] = groupHealth(members, healthy)
 	}
 	p.inventory, p.health, p.groups = inv, healthy, groups
 	for name, attrs := range groupAttrs {
@@ -150,9 +143,6 @@ func applyHealth(res resourceslice.DriverResources, health map[string]deviceHeal
 				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: cfg.TaintKey(), Value: h.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 				devs = append(devs, d)
 			}
-			if pool.Slices[i].Devices != nil && devs == nil {
-				devs = []resourceapi.Device{}
-			}
 			pool.Slices[i].Devices = devs
 		}
 		out.Pools[poolName] = pool
@@ -166,35 +156,40 @@ func applyHealth(res resourceslice.DriverResources, health map[string]deviceHeal
 // the same way).
 func PublishedResources(t *topology.Topology, names *pcie.Names, cfg Config) (resourceslice.DriverResources, error) {
 	res, err := Resources(t, names, cfg)
-	health := map[string]deviceHealth{}
-	var members []*topology.Device
-	for _, d := range t.Of(topology.KindEFA) {
-		health[DeviceName(d.PCI.Address)] = efaHealth(d)
-		if d.EFA.Verbs != nil {
-			members = append(members, d)
-		}
-	}
+	groups := map[string][]string{}
 	if cfg.Groups != GroupsNone {
-		for _, g := range Groups(t, members).List {
-			var names []string
-			for _, m := range g.Members {
-				names = append(names, DeviceName(m.PCI.Address))
+		var members []*topology.Device
+		for _, d := range t.Of(topology.KindEFA) {
+			if d.EFA.Verbs != nil {
+				members = append(members, d)
 			}
-			health[GroupDeviceName(g.Root)] = groupHealth(names, health)
+		}
+		for _, g := range Groups(t, members).List {
+			groups[GroupDeviceName(g.Root)] = g.memberNames()
 		}
 	}
-	out, _ := applyHealth(res, health, cfg, false)
+	out, _ := applyHealth(res, nodeHealth(t, groups), cfg, false)
 	return *out, err
 }
 
-// groupHealth is a group's health: its first unhealthy member's, named.
-func groupHealth(members []string, health map[string]deviceHealth) deviceHealth {
-	for _, m := range members {
-		if mh := health[m]; mh.status == kubeletplugin.HealthStatusUnhealthy {
-			return deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("member %s: %s", m, mh.message), reasonMember}
+// nodeHealth is the health of every EFA of t, and of each group (its
+// members' device names by group device name): as healthy as its least
+// healthy member, which it names.
+func nodeHealth(t *topology.Topology, groups map[string][]string) map[string]deviceHealth {
+	health := map[string]deviceHealth{}
+	for _, d := range t.Of(topology.KindEFA) {
+		health[DeviceName(d.PCI.Address)] = efaHealth(d)
+	}
+	for name, members := range groups {
+		health[name] = deviceHealth{status: kubeletplugin.HealthStatusHealthy}
+		for _, m := range members {
+			if mh := health[m]; mh.status == kubeletplugin.HealthStatusUnhealthy {
+				health[name] = deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("member %s: %s", m, mh.message), reasonMember}
+				break
+			}
 		}
 	}
-	return deviceHealth{status: kubeletplugin.HealthStatusHealthy}
+	return health
 }
 
 // withdrawer is a Publisher that can stop publishing and remove what it
@@ -285,7 +280,7 @@ func (p *Plugin) Recheck(ctx context.Context) {
 // Verdict is a Precheck's answer: why the plugin must stand aside ("" when
 // it may publish), and a short key for the metric.
 type Verdict struct {
-	Key    string // netns, device-plugin, dra-driver
+	Key    string // netns, device-plugin, dra-driver; api when the API cannot tell
 	Reason string
 }
 

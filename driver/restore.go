@@ -68,9 +68,6 @@ func (p *Plugin) restore(ctx context.Context) []error {
 	for _, uid := range uids {
 		c := p.state.Claims[uid]
 		keep[uid] = true
-		if ok, err := p.cdi.Exists(uid); err == nil && !ok && len(c.Devices) > 0 {
-			logger.Info("CDI spec written again after restart", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid)
-		}
 		c, err := p.refresh(ctx, c)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("claim %s/%s (%s): %w", c.Namespace, c.Name, uid, err))

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -164,19 +163,16 @@ func sliceCount(n *kubeletNode) int {
 func TestStandAsideKeepsDecision(t *testing.T) {
 	c := claim("c", "f0000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
 	n := newNode(t, p5, c)
-	nodeObj, err := n.client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	require.NoError(t, err)
-	nodeObj.Status.Capacity = v1.ResourceList{"vpc.amazonaws.com/efa": resource.MustParse("32")}
-	_, err = n.client.CoreV1().Nodes().UpdateStatus(context.Background(), nodeObj, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	n.setEFACapacity("32")
 	n.start()
 	defer n.stop()
 	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "vpc.amazonaws.com/efa")
 
 	// The API server stops answering node reads: the decision stands.
-	failing := true
+	var failing atomic.Bool
+	failing.Store(true)
 	n.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if failing {
+		if failing.Load() {
 			return true, nil, errors.New("connection refused")
 		}
 		return false, nil, nil
@@ -187,10 +183,8 @@ func TestStandAsideKeepsDecision(t *testing.T) {
 	assert.Equal(t, 0, sliceCount(n))
 
 	// Reads work again and the device plugin is gone: publishing.
-	nodeObj.Status.Capacity = v1.ResourceList{}
-	failing = false
-	_, err = n.client.CoreV1().Nodes().UpdateStatus(context.Background(), nodeObj, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	failing.Store(false)
+	n.setEFACapacity("")
 	n.rescan <- struct{}{}
 	require.Eventually(t, func() bool { return sliceCount(n) == 1 }, 10*time.Second, 20*time.Millisecond)
 }
