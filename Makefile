@@ -26,10 +26,13 @@ unit:
 bench-check:
 	cd bench && $(GO) test -race -count=1 ./...
 
-## e2e-deps: etcd for the control plane of the e2e tests (Debian's
-## etcd-server; kube-apiserver is built from test/e2e/k8s/go.mod).
+## e2e-deps: Debian's etcd-server for the e2e control plane, and runc and
+## busybox-static for its real node (the Kubernetes binaries, containerd
+## and the CNI plugins are built from test/e2e/k8s and test/e2e/runtime).
+E2E_DEBS := etcd:etcd-server runc:runc busybox:busybox-static
 e2e-deps:
-	@command -v etcd >/dev/null || { apt-get update -qq && apt-get install -y -qq etcd-server; }
+	@missing=; for d in $(E2E_DEBS); do command -v $${d%%:*} >/dev/null || missing="$$missing $${d#*:}"; done; \
+	  if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
 ## e2e: the Helm chart renders (helm from test/e2e's go.mod) into objects the
 ## API's types decode strictly; on a real kube-apiserver and etcd (built and

@@ -2,18 +2,22 @@ package driver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/efakit/efakit/cdi"
@@ -271,4 +275,106 @@ func TestNewerCheckpointRefused(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(d.data, checkpoint.FileName))
 	require.NoError(t, err)
 	assert.Equal(t, newer, got)
+}
+
+// TestWatchCDIRestoresSpecs: while the plugin runs, an emptied CDI
+// directory (its specs and metadata specs removed), and then the
+// directory itself removed, get every prepared claim's specs back without
+// a restart and without a kubelet call; a claim unprepared meanwhile gets
+// none back.
+func TestWatchCDIRestoresSpecs(t *testing.T) {
+	t.Parallel()
+	d := dirs{cdi: filepath.Join(t.TempDir(), "cdi"), data: t.TempDir()}
+	root, err := sysfs.OpenCapture(p5)
+	require.NoError(t, err)
+	p, w := startPlugin(t, root, d)
+	kept := claim("kept", "k7777777-7777-7777-7777-777777777777", "efa-0000-4f-00-0")
+	gone := claim("gone", "g8888888-8888-8888-8888-888888888888", "efa-0000-50-00-0")
+	require.NoError(t, prepareOne(t, p, kept).Err)
+	require.NoError(t, prepareOne(t, p, gone).Err)
+	meta := filepath.Join(d.data, "dra-device-metadata", "default_kept", "efa", "metadata.json")
+	require.NoError(t, os.MkdirAll(filepath.Dir(meta), 0o755))
+	require.NoError(t, os.WriteFile(meta, []byte(`{"podClaimName": "efa"}`), 0o644))
+	_, err = w.WriteMetadata(string(kept.UID), "efa", meta, "/c")
+	require.NoError(t, err)
+	u, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: gone.UID}})
+	require.NoError(t, err)
+	require.NoError(t, u[gone.UID])
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); p.WatchCDI(ctx, 200*time.Millisecond) }()
+	restored := func() bool {
+		f, err := w.List()
+		return err == nil && slices.Equal(f.Specs, []string{string(kept.UID)}) && len(f.Metadata[string(kept.UID)]) == 1
+	}
+	require.Eventually(t, restored, 5*time.Second, 10*time.Millisecond, "specs as prepared at first")
+
+	for _, wipe := range []func() error{
+		func() error { // rm /var/run/cdi/*
+			entries, err := os.ReadDir(d.cdi)
+			for _, e := range entries {
+				err = errors.Join(err, os.Remove(filepath.Join(d.cdi, e.Name())))
+			}
+			return err
+		},
+		func() error { return os.RemoveAll(d.cdi) }, // rm -r /var/run/cdi
+	} {
+		require.NoError(t, wipe())
+		require.Eventually(t, restored, 5*time.Second, 10*time.Millisecond, "the kept claim's specs back")
+		assert.Equal(t, []string{"/dev/infiniband/uverbs0 231:192"}, specNodesOf(t, w, kept.UID))
+	}
+	cancel()
+	<-done
+}
+
+// TestPrepareAfterForcedDelete: a pod deleted without waiting for the
+// kubelet (grace period 0) frees its claim in the API at once, and the
+// real kubelet then prepares the next pod's claim for the same EFA before
+// it unprepares the old claim (seen through a real kubelet: the refusal
+// cost the next pod 80-90 s, the kubelet's resync). The EFA is handed on
+// when the API says the old claim no longer holds it, and refused while it
+// does; the old claim's spec stays until its unprepare.
+func TestPrepareAfterForcedDelete(t *testing.T) {
+	t.Parallel()
+	root, err := sysfs.OpenCapture(p5)
+	require.NoError(t, err)
+	old := claim("old", "01d00000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
+	for _, tc := range []struct {
+		name string
+		api  []runtime.Object // the old claim as the API has it now
+		ok   bool
+	}{
+		{"still allocated", []runtime.Object{old.DeepCopy()}, false},
+		{"deleted", nil, true},
+		{"deallocated", []runtime.Object{func() *resourceapi.ResourceClaim { c := old.DeepCopy(); c.Status.Allocation = nil; return c }()}, true},
+		{"same name, new claim", []runtime.Object{claim("old", "01d00000-0000-0000-0000-000000000009", "efa-0000-4f-00-0")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := dirs{cdi: t.TempDir(), data: t.TempDir()}
+			w, err := cdi.NewWriter(d.cdi, "dra.net")
+			require.NoError(t, err)
+			p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
+				Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w, KubeClient: fake.NewClientset(tc.api...),
+				Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data,
+			})
+			require.NoError(t, err)
+			_, err = p.Rescan(context.Background())
+			require.NoError(t, err)
+			require.NoError(t, prepareOne(t, p, old).Err)
+			next := claim("next", "0e170000-0000-0000-0000-000000000002", "efa-0000-4f-00-0")
+			r := prepareOne(t, p, next)
+			if !tc.ok {
+				require.ErrorContains(t, r.Err, "already prepared for claim "+string(old.UID))
+				return
+			}
+			require.NoError(t, r.Err)
+			assert.Equal(t, specNodesOf(t, w, old.UID), specNodesOf(t, w, next.UID))
+			u, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: old.UID}})
+			require.NoError(t, err)
+			require.NoError(t, u[old.UID])
+			assert.Equal(t, []string{"/dev/infiniband/uverbs0 231:192"}, specNodesOf(t, w, next.UID), "the old claim's unprepare leaves the new one's spec")
+		})
+	}
 }

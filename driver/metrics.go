@@ -19,6 +19,9 @@ type Metrics struct {
 	// Renumbered counts EFAs of prepared claims found with another uverbs
 	// device than their spec gave (a module reload).
 	Renumbered prometheus.Counter // efakit_plugin_renumbered_devices_total
+	// SpecsRestored counts CDI specs of prepared claims (and their
+	// device-metadata specs) written again because the directory lost them.
+	SpecsRestored prometheus.Counter // efakit_plugin_cdi_specs_restored_total
 	// Unhealthy is the number of unhealthy devices kept from new
 	// allocations, by how: "taint" (a NoSchedule device taint) or
 	// "withhold" (left out of the slice, where the API server drops taints).
@@ -56,13 +59,16 @@ func NewMetrics() *Metrics {
 	m.Renumbered = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "efakit_plugin_renumbered_devices_total", Help: "EFAs of prepared claims whose uverbs device was numbered anew (module reload); their specs were corrected.",
 	})
+	m.SpecsRestored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "efakit_plugin_cdi_specs_restored_total", Help: "CDI specs of prepared claims written again because the CDI directory lost them (at start, or while running).",
+	})
 	m.Unhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "efakit_plugin_unhealthy_devices", Help: "Unhealthy devices kept from new allocations: by a NoSchedule taint, or withheld from the slice where the API server drops taints.",
 	}, []string{"action"})
 	m.StandingAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "efakit_plugin_standing_aside", Help: "1 while the plugin publishes and prepares nothing, by reason.",
 	}, []string{"reason"})
-	m.Registry.MustRegister(m.Calls, m.Latency, m.Devices, m.Published, m.ScanErrs, m.ScanTime, m.Renumbered, m.Unhealthy, m.StandingAside,
+	m.Registry.MustRegister(m.Calls, m.Latency, m.Devices, m.Published, m.ScanErrs, m.ScanTime, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

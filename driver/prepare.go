@@ -11,6 +11,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -125,6 +127,7 @@ func (p *Plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim, call
 		return kubeletplugin.PrepareResult{}, errors.New(p.blocked)
 	}
 	held := p.held("")
+	released := map[string]bool{}
 	claim := checkpoint.Claim{UID: uid, Namespace: c.Namespace, Name: c.Name}
 	r := sysfs.NewReader(p.sysfs)
 	for _, w := range want {
@@ -140,10 +143,10 @@ func (p *Plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim, call
 		// The last line of defense against two workloads on one EFA: the
 		// EFA itself, and the character device a container would open
 		// (after a module reload the same number may name another EFA).
-		if other, ok := held["pci:"+inv.PCIAddress]; ok {
+		if other, ok := held["pci:"+inv.PCIAddress]; ok && !p.released(ctx, other, released) {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, other)
 		}
-		if other, ok := held["dev:"+num]; ok {
+		if other, ok := held["dev:"+num]; ok && !p.released(ctx, other, released) {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, other)
 		}
 		held["pci:"+inv.PCIAddress], held["dev:"+num] = uid, uid
@@ -279,6 +282,7 @@ func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Cl
 	ok, err := p.cdi.Exists(c.UID)
 	if err == nil && !ok && len(c.Devices) > 0 {
 		logger.Info("CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
+		p.Metrics.SpecsRestored.Inc()
 	}
 	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
 		ids, err := p.cdi.Write(c.UID, cdiRequests(c))
@@ -327,6 +331,59 @@ func (p *Plugin) held(except string) map[string]string {
 		}
 	}
 	return out
+}
+
+// released tells whether a claim that is still prepared here no longer
+// holds its EFAs in the API: the claim is gone (or is another claim of the
+// same name), or is no longer allocated any of the devices it was prepared
+// with. That happens when its pod was deleted without waiting for the
+// kubelet (grace period 0, or --force): the claim controller frees the
+// claim at once, the scheduler gives the EFAs to the next pod, and the
+// kubelet may prepare that pod's claim before it unprepares the old one.
+// Kubernetes treats such EFAs as free, so efakit does too, and says so;
+// the old claim's record and spec stay until the kubelet unprepares it.
+// Without an API client, or when the API cannot tell, the claim holds its
+// EFAs (the prepare is refused, and the kubelet retries). Answers are kept
+// in seen for one kubelet call.
+func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool) bool {
+	if r, ok := seen[uid]; ok {
+		return r
+	}
+	prev, ok := p.state.Claims[uid]
+	if !ok || p.kube == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cur, err := p.kube.ResourceV1().ResourceClaims(prev.Namespace).Get(ctx, prev.Name, metav1.GetOptions{})
+	var why string
+	switch {
+	case apierrors.IsNotFound(err):
+		why = "the claim was deleted"
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "reading a prepared claim to see whether it still holds its EFAs; it does until the kubelet unprepares it", "claim", klog.KRef(prev.Namespace, prev.Name))
+	case string(cur.UID) != uid:
+		why = "the claim was deleted and another made under its name"
+	case cur.Status.Allocation == nil:
+		why = "the claim was deallocated"
+	default:
+		holds := map[string]bool{}
+		for _, d := range prev.Devices {
+			holds[d.Device], holds[d.Group] = true, true
+		}
+		why = "the claim is allocated other devices"
+		for _, r := range cur.Status.Allocation.Devices.Results {
+			if r.Driver == p.cfg.driverName() && r.Pool == p.cfg.NodeName && holds[r.Device] {
+				why = ""
+			}
+		}
+	}
+	seen[uid] = why != ""
+	if why != "" {
+		klog.FromContext(ctx).Info("EFAs of a claim the kubelet has not unprepared yet are handed on: "+why+" (its pod was deleted without waiting for the kubelet); its containers may still run until the kubelet stops them",
+			"claim", klog.KRef(prev.Namespace, prev.Name), "uid", uid)
+	}
+	return seen[uid]
 }
 
 // reloadState reads the checkpoint again before a kubelet call: during a

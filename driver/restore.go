@@ -114,6 +114,36 @@ func (p *Plugin) restore(ctx context.Context) []error {
 	return errs
 }
 
+// metadataRequests lists the requests of a claim, each once, with the
+// helper's metadata file for it in the data directory.
+func (p *Plugin) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
+	for _, d := range c.Devices {
+		if r := baseRequest(d.Request); !slices.Contains(reqs, r) {
+			reqs = append(reqs, r)
+			hosts = append(hosts, filepath.Join(p.dataDir, metadataDirName, c.Namespace+"_"+c.Name, r, "metadata.json"))
+		}
+	}
+	return reqs, hosts
+}
+
+// metadataMissing tells whether a request of the claim has its metadata
+// file in the data directory but no metadata spec.
+func (p *Plugin) metadataMissing(c checkpoint.Claim) bool {
+	if p.dataDir == "" {
+		return false
+	}
+	reqs, hosts := p.metadataRequests(c)
+	for i, req := range reqs {
+		if _, err := os.Stat(hosts[i]); err != nil {
+			continue
+		}
+		if ok, err := p.cdi.MetadataExists(c.UID, req); err != nil || !ok {
+			return true
+		}
+	}
+	return false
+}
+
 // restoreMetadata writes again the metadata spec of each request of a
 // claim whose metadata file the helper left in the data directory.
 func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []error {
@@ -121,14 +151,9 @@ func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []erro
 		return nil
 	}
 	var errs []error
-	var reqs []string
-	for _, d := range c.Devices {
-		if r := baseRequest(d.Request); !slices.Contains(reqs, r) {
-			reqs = append(reqs, r)
-		}
-	}
-	for _, req := range reqs {
-		host := filepath.Join(p.dataDir, metadataDirName, c.Namespace+"_"+c.Name, req, "metadata.json")
+	reqs, hosts := p.metadataRequests(c)
+	for i, req := range reqs {
+		host := hosts[i]
 		data, err := os.ReadFile(host)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // metadata off, or never written: nothing names it
@@ -151,7 +176,8 @@ func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []erro
 			errs = append(errs, err)
 			continue
 		}
-		klog.FromContext(ctx).Info("device-metadata CDI spec written again after restart", "claim", klog.KRef(c.Namespace, c.Name), "request", req)
+		p.Metrics.SpecsRestored.Inc()
+		klog.FromContext(ctx).Info("device-metadata CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "request", req)
 	}
 	return errs
 }

@@ -249,6 +249,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		interval = time.Minute
 	}
 	logger.Info("serving", "driver", driverName, "node", o.Config.NodeName, "devices", plugin.DeviceCount())
+	go plugin.WatchCDI(ctx, plugin.HealthInterval)
 	plugin.Run(ctx, interval, o.Rescan)
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause

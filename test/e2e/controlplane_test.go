@@ -130,7 +130,10 @@ func startControlPlane(apiArgs ...string) (*controlPlane, error) {
 		"--service-account-signing-key-file", keyFile, "--authorization-mode", "Node,RBAC",
 		"--service-cluster-ip-range", "10.96.0.0/24", "--advertise-address", "127.0.0.1",
 		// A loopback address cannot be a kubernetes service endpoint.
-		"--endpoint-reconciler-type", "none"}
+		"--endpoint-reconciler-type", "none",
+		// The real node's kubelet is reached by its host name, which
+		// resolves to a loopback address (a node cannot have one).
+		"--kubelet-preferred-address-types", "Hostname,InternalIP"}
 	c.apiCmd = append(c.apiCmd, apiArgs...)
 	if err := c.start(c.apiCmd[0], c.apiCmd[1:]...); err != nil {
 		return nil, err

@@ -1,0 +1,145 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"k8s.io/klog/v2"
+)
+
+// A prepared claim's CDI specs must exist for as long as the claim is
+// prepared: the kubelet prepares a claim once per pod, but the runtime
+// reads the specs again at every container start, so a container that
+// restarts after its spec was removed fails ("unresolvable CDI devices")
+// and stays in CrashLoopBackOff. Specs are lost while the plugin runs when
+// an operator or a cleanup job empties the CDI directory (often a tmpfs,
+// /var/run/cdi). WatchCDI puts them back within a moment; restore does the
+// same when the plugin starts.
+
+// repairDelay gathers a burst of removals (rm -rf) into one repair.
+const repairDelay = 50 * time.Millisecond
+
+// WatchCDI watches the CDI directory until ctx ends and writes again the
+// specs of prepared claims that go missing (see RepairSpecs). Removals are
+// seen through inotify; every check interval (and when the watch fails,
+// for example because the directory itself was removed) the specs are
+// checked directly, so nothing stays lost longer than that.
+func (p *Plugin) WatchCDI(ctx context.Context, check time.Duration) {
+	logger := klog.FromContext(ctx)
+	tick := time.NewTicker(check)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		w, err := p.watchDir()
+		if err != nil {
+			logger.Error(err, "watching the CDI directory; checking its specs every interval instead", "dir", p.cdi.Dir(), "interval", check)
+		}
+		p.repairIfMissing(ctx)
+		p.watchLoop(ctx, w, tick.C)
+		if w != nil {
+			_ = w.Close()
+		}
+	}
+}
+
+// watchDir makes the CDI directory if it is gone and watches it.
+func (p *Plugin) watchDir() (*fsnotify.Watcher, error) {
+	if err := os.MkdirAll(p.cdi.Dir(), 0o755); err != nil {
+		return nil, err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Add(p.cdi.Dir()); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// watchLoop repairs after removals until ctx ends or the watch ends (the
+// directory was removed or moved: the caller watches it anew).
+func (p *Plugin) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan time.Time) {
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if w != nil {
+		events, errs = w.Events, w.Errors
+	}
+	var delay <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			p.repairIfMissing(ctx)
+			if w == nil {
+				return // try to watch again
+			}
+		case <-errs:
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			if ev.Name == p.cdi.Dir() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				return
+			}
+			if ev.Has(fsnotify.Remove|fsnotify.Rename) && delay == nil {
+				delay = time.After(repairDelay)
+			}
+		case <-delay:
+			delay = nil
+			p.repairIfMissing(ctx)
+		}
+	}
+}
+
+// repairIfMissing runs RepairSpecs when a prepared claim lacks a spec.
+func (p *Plugin) repairIfMissing(ctx context.Context) {
+	if !p.specsMissing() {
+		return
+	}
+	if err := p.RepairSpecs(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "writing lost CDI specs again")
+	}
+}
+
+// specsMissing tells whether the spec of a prepared claim, or a
+// device-metadata spec of one, is gone.
+func (p *Plugin) specsMissing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for uid, c := range p.state.Claims {
+		if len(c.Devices) == 0 {
+			continue
+		}
+		if ok, err := p.cdi.Exists(uid); err != nil || !ok {
+			return true
+		}
+		if p.metadataMissing(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// RepairSpecs writes again every lost spec and device-metadata spec of the
+// prepared claims, as at a start (restore), holding the lock the kubelet
+// plugin helper holds around each prepare and unprepare, so it never runs
+// beside one. Each spec written again is logged and counted in
+// efakit_plugin_cdi_specs_restored_total.
+func (p *Plugin) RepairSpecs(ctx context.Context) error {
+	if p.dataDir != "" {
+		unlock, err := lockDataDir(p.dataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return errors.Join(p.restore(ctx)...)
+}

@@ -1,0 +1,457 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/efakit/efakit/cdi"
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+const (
+	p5Fixture   = "../../testdata/sysfs/p5.48xlarge.sysfs"
+	trn2Fixture = "../../testdata/sysfs/trn2.48xlarge.sysfs"
+)
+
+// splitDocs splits a YAML stream into its documents.
+func splitDocs(s string) []string {
+	var out []string
+	for _, d := range strings.Split(s, "\n---") {
+		if strings.TrimSpace(d) != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// createSeed creates the users' claim templates and claims of a file in
+// ../shared/claims in the node's namespace, unchanged but for it.
+func createSeed(t *testing.T, c *controlPlane, file string) {
+	ctx := context.Background()
+	for _, doc := range splitDocs(readClaimsFile(t, file)) {
+		var meta metav1.TypeMeta
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
+		switch meta.Kind {
+		case "ResourceClaimTemplate":
+			var tm resourceapi.ResourceClaimTemplate
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &tm))
+			tm.Namespace = nodeNS
+			_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, &tm, metav1.CreateOptions{})
+			require.NoError(t, createIgnoreExists(err))
+		case "ResourceClaim":
+			var cl resourceapi.ResourceClaim
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &cl))
+			cl.Namespace = nodeNS
+			_, err := c.client.ResourceV1().ResourceClaims(nodeNS).Create(ctx, &cl, metav1.CreateOptions{})
+			require.NoError(t, createIgnoreExists(err))
+		}
+	}
+}
+
+// createTemplates creates `efakit claims`' templates for a fixture and
+// group mode under a name prefix, and returns them by their own name.
+func createTemplates(t *testing.T, c *controlPlane, fixture string, mode driver.GroupMode, prefix string) (map[string]*resourceapi.ResourceClaimTemplate, *driver.AllPod) {
+	root, err := sysfs.Open(fixture)
+	require.NoError(t, err)
+	defer root.Close()
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	tms, all := driver.ClaimTemplates(topo, mode, "")
+	out := map[string]*resourceapi.ResourceClaimTemplate{}
+	for _, tm := range tms {
+		tmpl := tm.Template.DeepCopy()
+		out[tmpl.Name] = tmpl
+		tmpl.Name, tmpl.Namespace = prefix+tmpl.Name, nodeNS
+		_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(context.Background(), tmpl, metav1.CreateOptions{})
+		require.NoError(t, createIgnoreExists(err))
+	}
+	if all != nil {
+		for i := range all.Pod.Spec.ResourceClaims {
+			p := prefix + *all.Pod.Spec.ResourceClaims[i].ResourceClaimTemplateName
+			all.Pod.Spec.ResourceClaims[i].ResourceClaimTemplateName = &p
+		}
+	}
+	return out, all
+}
+
+// check compares what a container printed with its claims' allocation:
+// exactly the allocated EFAs' uverbs nodes with their device numbers, one
+// variable per allocated accelerator (the stand-in's CDI devices), no
+// libfabric variable unless wantEnv names it, and metadata naming exactly
+// the allocated EFAs.
+func (n *realNode) check(t *testing.T, got seen, nodes efaNodes, claims []*resourceapi.ResourceClaim, wantEnv map[string]string) {
+	t.Helper()
+	assert.Equal(t, n.expect(t, nodes, claims...), got.Nodes, "the container holds exactly the allocated EFAs' uverbs nodes:\n%s", got.Raw)
+	var wantAccel, gotAccel []string
+	for _, d := range append(allocated("gpu.nvidia.com", claims...), allocated("neuron.aws.com", claims...)...) {
+		wantAccel = append(wantAccel, accelEnv(d))
+	}
+	for k := range got.Env {
+		if strings.HasPrefix(k, "E2E_") {
+			gotAccel = append(gotAccel, k)
+		}
+	}
+	sort.Strings(wantAccel)
+	sort.Strings(gotAccel)
+	assert.Equal(t, wantAccel, gotAccel, "the accelerators' CDI devices")
+	for k, v := range got.Env {
+		if strings.HasPrefix(k, "FI_") {
+			assert.Equal(t, wantEnv[k], v, "%s", k)
+		}
+	}
+	for k, v := range wantEnv {
+		assert.Equal(t, v, got.Env[k], "%s", k)
+	}
+	var meta []string
+	for file, content := range got.Metadata {
+		if strings.HasSuffix(file, "/dra.net-metadata.json") {
+			meta = append(meta, metadataDevices(t, content)...)
+		}
+	}
+	sort.Strings(meta)
+	assert.Equal(t, allocated(driver.DefaultDriverName, claims...), meta, "the device metadata names the allocated EFAs")
+}
+
+// podClaims lists a pod's claims, each once.
+func podClaims(m map[string]*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
+	return claimsOf(m)
+}
+
+// containerID is the runtime's ID of a pod's container.
+func (n *realNode) containerID(t *testing.T, pod string) (string, int32) {
+	p, err := n.c.client.CoreV1().Pods(nodeNS).Get(context.Background(), pod, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, p.Status.ContainerStatuses, 1)
+	s := p.Status.ContainerStatuses[0]
+	return strings.TrimPrefix(s.ContainerID, "containerd://"), s.RestartCount
+}
+
+// killContainer kills a container's process, as an OOM kill or a crash
+// would; the kubelet starts it again.
+func (n *realNode) killContainer(t *testing.T, id string) {
+	out, err := exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// wipeCDI removes every file of the CDI directory, as an operator's rm or
+// a tmpfs at reboot does.
+func (n *realNode) wipeCDI(t *testing.T) {
+	entries, err := os.ReadDir(n.cdi)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NoError(t, os.RemoveAll(filepath.Join(n.cdi, e.Name())))
+	}
+}
+
+func TestRealNodeP5(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	ctx := context.Background()
+	n := startRealNode(t, c)
+	n.ensureNamespace()
+	gpus := n.startAccelDriver(p5Fixture)
+	require.Len(t, gpus, 8)
+	n.startEFAKit(p5Fixture)
+	n.waitEFAs(t, 32)
+	nodes := fixtureNodes(t, p5Fixture)
+	createSeed(t, c, "seed-claims.yaml")
+	published := n.publishedEFAs(t)
+	rootOf := func(dev string) string {
+		if d, ok := published[dev]; ok {
+			return *d.Attributes[driver.AttrPCIeRoot].StringValue
+		}
+		return *gpus[dev].Attributes[driver.AttrPCIeRoot].StringValue
+	}
+
+	t.Run("users/single-efa-claim", func(t *testing.T) {
+		got, claims := n.run(t, n.printerPod("single", templateClaim("efa", "single-efa-claim")))
+		require.Len(t, got.Nodes, 1)
+		n.check(t, got, nodes, podClaims(claims), nil)
+		n.deletePod(t, "single")
+	})
+	t.Run("users/aligned-efa-nvidia", func(t *testing.T) {
+		got, claims := n.run(t, n.printerPod("aligned", templateClaim("pair", "aligned-efa-nvidia")))
+		cl := podClaims(claims)
+		n.check(t, got, nodes, cl, nil)
+		r := byReq(cl[0])
+		require.Len(t, r["1-efa"], 1)
+		assert.Equal(t, rootOf(r["1-gpu"][0]), rootOf(r["1-efa"][0]), "EFA and GPU on one PCIe root")
+		n.deletePod(t, "aligned")
+	})
+	t.Run("users/shared-efa", func(t *testing.T) {
+		a, ca := n.run(t, n.printerPod("shared-0", sharedClaim("efa", "shared-efa")))
+		b, cb := n.run(t, n.printerPod("shared-1", sharedClaim("efa", "shared-efa")))
+		require.Len(t, a.Nodes, 4)
+		assert.Equal(t, a.Nodes, b.Nodes, "one claim, the same EFAs in both pods")
+		n.check(t, a, nodes, podClaims(ca), nil)
+		n.check(t, b, nodes, podClaims(cb), nil)
+		claim, err := c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, "shared-efa", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Len(t, claim.Status.ReservedFor, 2)
+		n.deletePod(t, "shared-0")
+		n.deletePod(t, "shared-1")
+	})
+
+	tms, all := createTemplates(t, c, p5Fixture, driver.GroupsNone, "efakit-")
+	t.Run("efakit-claims/gpu-with-efas", func(t *testing.T) {
+		require.Contains(t, tms, "gpu-with-efas")
+		got, claims := n.run(t, n.printerPod("gpu-with-efas", templateClaim("c", "efakit-gpu-with-efas")))
+		cl := podClaims(claims)
+		n.check(t, got, nodes, cl, nil)
+		r := byReq(cl[0])
+		require.Len(t, r["efas"], 4)
+		for _, e := range r["efas"] {
+			assert.Equal(t, rootOf(r["gpu"][0]), rootOf(e))
+		}
+		n.deletePod(t, "gpu-with-efas")
+	})
+	t.Run("efakit-claims/efa-1", func(t *testing.T) {
+		got, claims := n.run(t, n.printerPod("efa-1", templateClaim("c", "efakit-efa-1")))
+		require.Len(t, got.Nodes, 1)
+		n.check(t, got, nodes, podClaims(claims), nil)
+		n.deletePod(t, "efa-1")
+	})
+	t.Run("efakit-claims/whole-node", func(t *testing.T) {
+		require.NotNil(t, all)
+		pod := n.printerPod("whole-node", all.Pod.Spec.ResourceClaims...)
+		got, claims := n.run(t, pod)
+		require.Len(t, got.Nodes, 32)
+		n.check(t, got, nodes, podClaims(claims), nil)
+		n.deletePod(t, "whole-node")
+	})
+	// The multi-claim container: eight "GPU with its EFAs" claims in one
+	// container, every EFA of the node through eight CDI devices.
+	t.Run("multi-claim", func(t *testing.T) {
+		var pcs []corev1.PodResourceClaim
+		for i := range 8 {
+			pcs = append(pcs, templateClaim(fmt.Sprintf("gpu%d", i), "efakit-gpu-with-efas"))
+		}
+		got, claims := n.run(t, n.printerPod("multi-claim", pcs...))
+		t.Logf("a container with eight claims printed:\n%s", got.Raw[:strings.Index(got.Raw, "== metadata")])
+		require.Len(t, got.Nodes, 32)
+		n.check(t, got, nodes, podClaims(claims), nil)
+		n.deletePod(t, "multi-claim")
+	})
+	t.Run("env-libfabric", func(t *testing.T) {
+		tmpl := tms["gpu-with-efas"].DeepCopy()
+		tmpl.Name, tmpl.Namespace = "with-env", nodeNS
+		tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"efas"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver.DefaultDriverName, Parameters: runtimeRaw(`{"apiVersion": "efakit.io/v1alpha1", "kind": "EFAConfig", "env": "libfabric"}`)}}}}
+		_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
+		require.NoError(t, err)
+		got, claims := n.run(t, n.printerPod("with-env", templateClaim("c", "with-env")))
+		cl := podClaims(claims)
+		var rdma []string
+		for _, e := range byReq(cl[0])["efas"] {
+			rdma = append(rdma, *published[e].Attributes[driver.AttrRDMADev].StringValue)
+		}
+		got.Env["FI_EFA_IFACE"] = sortedList(got.Env["FI_EFA_IFACE"])
+		n.check(t, got, nodes, cl, map[string]string{"FI_PROVIDER": "efa", "FI_EFA_IFACE": sortedList(strings.Join(rdma, ","))})
+		n.deletePod(t, "with-env")
+	})
+
+	// Faults.
+	t.Run("fault/wiped-cdi-container-restart", func(t *testing.T) {
+		got, claims := n.run(t, n.printerPod("restart", templateClaim("efa", "single-efa-claim")))
+		id, restarts := n.containerID(t, "restart")
+		n.wipeCDI(t)
+		n.rewriteAccelSpecs()
+		n.killContainer(t, id)
+		require.Eventually(t, func() bool {
+			_, r := n.containerID(t, "restart")
+			return r > restarts
+		}, 90*time.Second, 200*time.Millisecond, "the container restarted")
+		again, _ := n.waitPrinted(t, "restart")
+		assert.Equal(t, got.Nodes, again.Nodes, "the restarted container holds its EFA again")
+		n.check(t, again, nodes, podClaims(claims), nil)
+		n.deletePod(t, "restart")
+	})
+	t.Run("fault/plugin-killed", func(t *testing.T) {
+		got, claims := n.run(t, n.printerPod("before-kill", templateClaim("efa", "single-efa-claim")))
+		n.killEFAKit(syscall.SIGKILL)
+		n.startEFAKit(p5Fixture)
+		after, claims2 := n.run(t, n.printerPod("after-kill", templateClaim("efa", "single-efa-claim")))
+		n.check(t, after, nodes, podClaims(claims2), nil)
+		assert.NotEqual(t, got.Nodes, after.Nodes, "the new pod gets another EFA: the first is still held")
+		uid := string(podClaims(claims)[0].UID)
+		w, err := cdi.NewWriter(n.cdi, driver.DefaultDriverName)
+		require.NoError(t, err)
+		ok, err := w.Exists(uid)
+		require.NoError(t, err)
+		assert.True(t, ok, "the first pod's spec survives the kill")
+		n.deletePod(t, "before-kill")
+		require.Eventually(t, func() bool { ok, _ := w.Exists(uid); return !ok }, 30*time.Second, 100*time.Millisecond,
+			"deleting the pod unprepared its claim through the restarted plugin")
+		n.deletePod(t, "after-kill")
+	})
+	t.Run("fault/reboot", func(t *testing.T) {
+		got, claims := n.run(t, n.printerPod("rebooted", templateClaim("efa", "single-efa-claim")))
+		_, restarts := n.containerID(t, "rebooted")
+		n.reboot("5b0c7e4e-2f7d-4c55-8d0a-7f3e1c9a6b21")
+		n.rewriteAccelSpecs()
+		n.startEFAKit(p5Fixture)
+		require.Eventually(t, func() bool {
+			_, r := n.containerID(t, "rebooted")
+			return r > restarts
+		}, 120*time.Second, 200*time.Millisecond, "the pod's container started again after the reboot; kubelet:\n%s", n.logTail("kubelet", 3000))
+		again, _ := n.waitPrinted(t, "rebooted")
+		assert.Equal(t, got.Nodes, again.Nodes, "the same EFA after the reboot")
+		n.check(t, again, nodes, podClaims(claims), nil)
+		assert.Contains(t, n.logTail("efakit-plugin", 1<<20), "dropped claims prepared before the node rebooted")
+		n.deletePod(t, "rebooted")
+	})
+	t.Run("fault/unhealthy-efa", func(t *testing.T) {
+		const down = "efa-0000-50-00-0"
+		state := n.portState(t, p5Fixture, "0000:50:00.0")
+		require.NoError(t, os.WriteFile(state, []byte("1: DOWN\n"), 0o644))
+		defer func() {
+			require.NoError(t, os.WriteFile(state, []byte("4: ACTIVE\n"), 0o644))
+			n.rescan()
+			require.Eventually(t, func() bool { return len(n.publishedEFAs(t)[down].Taints) == 0 }, 30*time.Second, 100*time.Millisecond, "taint lifted")
+		}()
+		n.rescan()
+		require.Eventually(t, func() bool { return len(n.publishedEFAs(t)[down].Taints) == 1 }, 30*time.Second, 100*time.Millisecond,
+			"the DOWN EFA tainted; plugin log:\n%s", n.logTail("efakit-plugin", 3000))
+		// A claim for every healthy EFA: exactly the other 31.
+		tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "efas-31", Namespace: nodeNS}}
+		tmpl.Spec.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efas", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 31}}}
+		_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
+		require.NoError(t, err)
+		got, claims := n.run(t, n.printerPod("next-pod", templateClaim("c", "efas-31")))
+		require.Len(t, got.Nodes, 31)
+		assert.NotContains(t, got.Nodes, nodes.byAddr["0000:50:00.0"], "the DOWN EFA is given to no one")
+		assert.NotContains(t, allocated(driver.DefaultDriverName, podClaims(claims)...), down)
+		n.check(t, got, nodes, podClaims(claims), nil)
+		n.deletePod(t, "next-pod")
+	})
+	t.Run("fault/pod-deleted-efas-to-next-pod", func(t *testing.T) {
+		first, claims := n.run(t, n.printerPod("first", templateClaim("c", "efakit-whole-node-efas")))
+		require.Len(t, first.Nodes, 32)
+		uid := string(podClaims(claims)[0].UID)
+		// The pod goes at once (grace period 0): the claim is freed and
+		// allocated to the next pod before the kubelet unprepares it.
+		n.deletePod(t, "first")
+		start := time.Now()
+		second, claims2 := n.run(t, n.printerPod("second", templateClaim("c", "efakit-whole-node-efas")))
+		t.Logf("the next pod ran %s after the first was deleted", time.Since(start).Round(time.Millisecond))
+		assert.Equal(t, first.Nodes, second.Nodes, "every EFA handed to the next pod")
+		n.check(t, second, nodes, podClaims(claims2), nil)
+		w, err := cdi.NewWriter(n.cdi, driver.DefaultDriverName)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { ok, err := w.Exists(uid); return err == nil && !ok }, 30*time.Second, 100*time.Millisecond,
+			"the deleted pod's claim unprepared")
+		n.deletePod(t, "second")
+	})
+	t.Run("users/aligned-all-efa-one-nvidia-refused", func(t *testing.T) {
+		// 32 EFAs and a GPU pass the 32 devices a claim may hold: the
+		// scheduler says so and the pod stays pending (README).
+		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("all-efas-and-gpu", templateClaim("c", "aligned-all-efa-one-nvidia")), metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "all-efas-and-gpu", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodScheduled && strings.Contains(cond.Message, "exceeds the claim limit of 32") {
+					return true
+				}
+			}
+			return false
+		}, 60*time.Second, 200*time.Millisecond)
+		n.deletePod(t, "all-efas-and-gpu")
+	})
+	t.Run("latency", func(t *testing.T) { n.podStartLatency(t, 50) })
+}
+
+// portState is the port state file of the EFA at addr in the plugin's
+// unpacked tree of fixture.
+func (n *realNode) portState(t *testing.T, fixture, addr string) string {
+	var found string
+	root := n.unpack(fixture)
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.HasSuffix(p, "/ports/1/state") && strings.Contains(p, "/"+addr+"/infiniband/") {
+			found = p
+		}
+		return nil
+	}))
+	require.NotEmpty(t, found, "port state of %s", addr)
+	return found
+}
+
+// rescan asks the plugin to scan its sysfs now (SIGHUP).
+func (n *realNode) rescan() {
+	require.NoError(n.t, n.procs["efakit-plugin"].Process.Signal(syscall.SIGHUP))
+}
+
+// podStartLatency creates pods one after another, each with a claim for
+// one EFA (the users' single-efa-claim), and measures from the create call
+// to the watch showing the pod Running: the controller manager's claim,
+// the scheduler's allocation, the kubelet's prepare through the plugin and
+// containerd's start with the CDI device. Each pod is deleted once it
+// runs. It prints the percentiles; it asserts nothing about them.
+func (n *realNode) podStartLatency(t *testing.T, pods int) {
+	ctx := context.Background()
+	w, err := n.c.client.CoreV1().Pods(nodeNS).Watch(ctx, metav1.ListOptions{LabelSelector: "latency=1"})
+	require.NoError(t, err)
+	defer w.Stop()
+	var took []time.Duration
+	for i := range pods {
+		pod := n.printerPod(fmt.Sprintf("latency-%d", i), templateClaim("efa", "single-efa-claim"))
+		pod.Labels = map[string]string{"latency": "1"}
+		pod.Spec.Containers[0].Command = []string{"sleep", "100000"}
+		start := time.Now()
+		_, err := n.c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+		timeout := time.After(60 * time.Second)
+	wait:
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == pod.Name && p.Status.Phase == corev1.PodRunning {
+					took = append(took, time.Since(start))
+					break wait
+				}
+			case <-timeout:
+				t.Fatalf("pod %s not running after 60 s", pod.Name)
+			}
+		}
+		zero := int64(0)
+		require.NoError(t, n.c.client.CoreV1().Pods(nodeNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	pct := func(p float64) time.Duration { return took[int(math.Ceil(p*float64(len(took))))-1] }
+	t.Logf("pod start with one EFA claim (created to Running, real kubelet, containerd and runc on this machine): n=%d p50=%s p99=%s min=%s max=%s",
+		len(took), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	require.Eventually(t, func() bool {
+		l, err := n.c.client.CoreV1().Pods(nodeNS).List(ctx, metav1.ListOptions{LabelSelector: "latency=1"})
+		return err == nil && len(l.Items) == 0
+	}, 120*time.Second, 200*time.Millisecond, "the latency pods gone")
+}
+
+func runtimeRaw(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
+
+func sortedList(s string) string {
+	f := strings.Split(s, ",")
+	sort.Strings(f)
+	return strings.Join(f, ",")
+}

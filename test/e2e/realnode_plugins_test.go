@@ -1,0 +1,277 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// chartPlugin is how the chart runs efakit-plugin: the DaemonSet's
+// container arguments and environment, rendered by helm with values.
+type chartPlugin struct {
+	args   []string
+	mounts map[string]string // host path -> container path
+}
+
+func renderPlugin(n *realNode, values ...string) chartPlugin {
+	var ds *appsv1.DaemonSet
+	for _, o := range render(n.t, values...) {
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			ds = o
+		case *resourceapi.DeviceClass:
+			// The chart's classes, as helm install creates them.
+			_, err := n.c.client.ResourceV1().DeviceClasses().Create(context.Background(), o, metav1.CreateOptions{})
+			require.NoError(n.t, createIgnoreExists(err))
+		}
+	}
+	require.NotNil(n.t, ds)
+	spec := ds.Spec.Template.Spec
+	cp := chartPlugin{args: spec.Containers[0].Args, mounts: map[string]string{}}
+	for _, v := range spec.Volumes {
+		for _, m := range spec.Containers[0].VolumeMounts {
+			if m.Name == v.Name && v.HostPath != nil {
+				cp.mounts[v.HostPath.Path] = m.MountPath
+			}
+		}
+	}
+	return cp
+}
+
+// startEFAKit runs the efakit-plugin binary on the node with the chart's
+// arguments for the given values. The paths the chart mounts from the host
+// become the node's directories (the kubelet's plugin and registration
+// directories, the CDI directory containerd reads) and the fixture for
+// /sys; the metrics address moves to a free loopback port; the plugin
+// talks to the API server with a kubeconfig (no in-cluster network
+// here), and reads the boot ID from the node's proc directory.
+func (n *realNode) startEFAKit(fixture string, values ...string) {
+	t := n.t
+	bin, err := pluginBinary()
+	require.NoError(t, err)
+	cp := renderPlugin(n, values...)
+	host := map[string]string{ // the chart's host path -> this node's
+		"/sys":                              n.unpack(fixture),
+		"/var/lib/kubelet/plugins":          filepath.Join(n.kubelet, "plugins"),
+		"/var/lib/kubelet/plugins_registry": filepath.Join(n.kubelet, "plugins_registry"),
+		"/var/run/cdi":                      n.cdi,
+	}
+	inPod := map[string]string{}
+	for h, c := range cp.mounts {
+		to, ok := host[h]
+		require.True(t, ok, "the chart mounts %s from the host: map it to the node", h)
+		inPod[c] = to
+	}
+	port, err := freePort()
+	require.NoError(t, err)
+	var args []string
+	for _, a := range cp.args {
+		k, v, _ := strings.Cut(a, "=")
+		if to, ok := inPod[v]; ok {
+			v = to
+		}
+		if k == "--http-address" {
+			v = fmt.Sprintf("127.0.0.1:%d", port)
+		}
+		args = append(args, k+"="+v)
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "proc")); err != nil {
+		n.setBootID("3d1f0c52-6a0e-4b8e-9a57-0c4f0d7e2b10")
+	}
+	args = append(args, "--kubeconfig="+filepath.Join(n.c.dir, "admin.kubeconfig"), "--proc="+filepath.Join(n.dir, "proc"))
+	cmd := exec.Command(bin, args...)
+	// As the DaemonSet's environment sets them.
+	cmd.Env = append(os.Environ(), "NODE_NAME="+n.name, "POD_UID="+string(types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", time.Now().UnixNano()%1e12))))
+	log := n.logFile("efakit-plugin")
+	fmt.Fprintf(log, "=== efakit-plugin %s\n", strings.Join(args, " "))
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	n.procs["efakit-plugin"] = cmd
+	n.pluginHTTP = fmt.Sprintf("http://127.0.0.1:%d", port)
+	// Registered by the real kubelet: its readiness says so.
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(n.pluginHTTP + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 100*time.Millisecond, "efakit-plugin ready (registered with the kubelet); log:\n%s", n.logTail("efakit-plugin", 3000))
+}
+
+// unpack writes a fixture capture out as a directory tree under the
+// node's directory, once, and returns it: the plugin reads it as it reads
+// /sys, and a test can change a file (a port going DOWN) while it runs.
+func (n *realNode) unpack(fixture string) string {
+	dir := filepath.Join(n.dir, "sys", filepath.Base(fixture))
+	if _, err := os.Stat(dir); err == nil {
+		return dir
+	}
+	f, err := os.Open(fixture)
+	require.NoError(n.t, err)
+	defer f.Close()
+	entries, err := sysfs.ParseCapture(f)
+	require.NoError(n.t, err)
+	require.NoError(n.t, sysfs.WriteDir(dir, entries))
+	return dir
+}
+
+// killEFAKit stops the plugin with sig (SIGTERM as the kubelet stops a
+// pod, SIGKILL for a crash).
+func (n *realNode) killEFAKit(sig syscall.Signal) {
+	n.stopProc("efakit-plugin", sig, 20*time.Second)
+}
+
+// setBootID writes the kernel boot ID the plugin reads.
+func (n *realNode) setBootID(id string) {
+	dir := filepath.Join(n.dir, "proc/sys/kernel/random")
+	require.NoError(n.t, os.MkdirAll(dir, 0o755))
+	require.NoError(n.t, os.WriteFile(filepath.Join(dir, "boot_id"), []byte(id+"\n"), 0o644))
+}
+
+// accelDriver stands in for NVIDIA's GPU driver or the Neuron DRA driver
+// on the real node: a kubelet plugin (the same helper library) that
+// publishes the fixture's accelerators with the attributes those drivers
+// publish (resource.kubernetes.io/pcieRoot and pciBusID for GPUs,
+// resource.aws.com/devicegroup{1,4,8,16}_id for Neuron devices) and
+// prepares them as CDI devices that set one variable per device, so a
+// container shows which accelerators it got.
+type accelDriver struct {
+	name   string
+	kind   string // CDI kind
+	helper *kubeletplugin.Helper
+	spec   []byte // its CDI spec, and the file it is written to
+	file   string
+}
+
+func (a *accelDriver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := map[types.UID]kubeletplugin.PrepareResult{}
+	for _, c := range claims {
+		var r kubeletplugin.PrepareResult
+		for _, res := range c.Status.Allocation.Devices.Results {
+			if res.Driver == a.name {
+				r.Devices = append(r.Devices, kubeletplugin.Device{Requests: []string{res.Request}, PoolName: res.Pool, DeviceName: res.Device,
+					CDIDeviceIDs: []string{a.kind + "=" + res.Device}})
+			}
+		}
+		out[c.UID] = r
+	}
+	return out, nil
+}
+
+func (a *accelDriver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := map[types.UID]error{}
+	for _, c := range claims {
+		out[c.UID] = nil
+	}
+	return out, nil
+}
+
+func (a *accelDriver) HandleError(ctx context.Context, err error, msg string) {}
+
+// WatchHealthStatus is not served (HealthService(false)).
+func (a *accelDriver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	<-ctx.Done()
+	return nil
+}
+
+// accelEnv is the variable an accelerator's CDI device sets: E2E_GPU_0=...
+func accelEnv(device string) string {
+	return "E2E_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(device))
+}
+
+// startAccelDriver starts the stand-in for the fixture's accelerators
+// (none where it has none) and returns the devices it published.
+func (n *realNode) startAccelDriver(fixture string) map[string]resourceapi.Device {
+	t, ctx := n.t, context.Background()
+	root, err := sysfs.Open(fixture)
+	require.NoError(t, err)
+	defer root.Close()
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	var devs []resourceapi.Device
+	drv, kind := "gpu.nvidia.com", "gpu.nvidia.com/gpu"
+	for _, g := range topo.Of(topology.KindGPU) {
+		s, _ := topo.StandardAttributes(g)
+		root, bus, typ := s.PCIeRoot, s.PCIBusID, "gpu"
+		devs = append(devs, resourceapi.Device{Name: strings.ToLower(g.Name), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			driver.AttrPCIeRoot: {StringValue: &root}, driver.AttrPCIBusID: {StringValue: &bus}, "type": {StringValue: &typ}}})
+	}
+	if len(devs) == 0 {
+		drv, kind = "neuron.aws.com", "neuron.aws.com/neuron"
+		for _, d := range topo.Of(topology.KindNeuron) {
+			if d.Groups == nil {
+				continue
+			}
+			g := *d.Groups
+			devs = append(devs, resourceapi.Device{Name: fmt.Sprintf("neuron-%d", d.NeuronIndex), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				driver.AttrGroup1: {StringValue: &g.Group1}, driver.AttrGroup4: {StringValue: &g.Group4},
+				driver.AttrGroup8: {StringValue: &g.Group8}, driver.AttrGroup16: {StringValue: &g.Group16}}})
+		}
+	}
+	if len(devs) == 0 {
+		return nil
+	}
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: drv},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", drv)}}}}}
+	if drv == "gpu.nvidia.com" { // as the other tests create it
+		class.Spec.Selectors[0].CEL.Expression = `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`
+	}
+	_, err = n.c.client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{})
+	require.NoError(t, createIgnoreExists(err))
+
+	spec := cdispec.Spec{Version: "0.6.0", Kind: kind}
+	out := map[string]resourceapi.Device{}
+	for _, d := range devs {
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: d.Name, ContainerEdits: cdispec.ContainerEdits{Env: []string{accelEnv(d.Name) + "=1"}}})
+		out[d.Name] = d
+	}
+	b, err := json.Marshal(spec)
+	require.NoError(t, err)
+	data := filepath.Join(n.kubelet, "plugins", drv)
+	require.NoError(t, os.MkdirAll(data, 0o750))
+	a := &accelDriver{name: drv, kind: kind, spec: b, file: filepath.Join(n.cdi, "e2e-"+drv+".json")}
+	require.NoError(t, os.WriteFile(a.file, a.spec, 0o644))
+	a.helper, err = kubeletplugin.Start(ctx, a, kubeletplugin.DriverName(drv), kubeletplugin.NodeName(n.name), kubeletplugin.KubeClient(n.c.client),
+		kubeletplugin.RegistrarDirectoryPath(filepath.Join(n.kubelet, "plugins_registry")), kubeletplugin.PluginDataDirectoryPath(data), kubeletplugin.HealthService(false))
+	require.NoError(t, err)
+	n.accel = append(n.accel, a)
+	require.NoError(t, a.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{n.name: {Slices: []resourceslice.Slice{{Devices: devs}}}}}))
+	return out
+}
+
+// rewriteAccelSpecs writes the stand-ins' CDI specs again (after the test
+// wiped the directory: they are not efakit's to heal).
+func (n *realNode) rewriteAccelSpecs() {
+	for _, a := range n.accel {
+		require.NoError(n.t, os.WriteFile(a.file, a.spec, 0o644))
+	}
+}
+
+func (n *realNode) stopAccelDrivers() {
+	for _, a := range n.accel {
+		a.helper.Stop()
+	}
+	n.accel = nil
+}

@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// nodeNS is the namespace of the real node's pods.
+const nodeNS = "realnode"
+
+// printScript is what every test container runs: it prints what it got,
+// the uverbs nodes with their device numbers, its environment and the
+// device metadata files, then waits.
+const printScript = `echo '== devices'; ls -ln /dev/infiniband 2>&1
+echo '== env'; env | sort
+echo '== metadata'; find /var/run/kubernetes.io -type f 2>/dev/null | sort | while read f; do echo "# $f"; cat "$f"; echo; done
+echo '== end'; exec sleep 100000`
+
+// seen is what a container printed.
+type seen struct {
+	Nodes    []string          // "/dev/infiniband/uverbs3 231:195", sorted
+	Env      map[string]string // its environment
+	Metadata map[string]string // metadata file -> content
+	Raw      string
+}
+
+// parseSeen reads printScript's output.
+func parseSeen(out string) seen {
+	s := seen{Env: map[string]string{}, Metadata: map[string]string{}, Raw: out}
+	section, file := "", ""
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "== ") {
+			section = strings.TrimPrefix(line, "== ")
+			continue
+		}
+		switch section {
+		case "devices":
+			// crw-rw-rw-    1 0        0         231, 192 Nov 30 16:24 uverbs0
+			f := strings.Fields(line)
+			if len(f) >= 10 && strings.HasPrefix(f[0], "c") {
+				s.Nodes = append(s.Nodes, fmt.Sprintf("/dev/infiniband/%s %s:%s", f[len(f)-1], strings.TrimSuffix(f[4], ","), f[5]))
+			}
+		case "env":
+			if k, v, ok := strings.Cut(line, "="); ok {
+				s.Env[k] = v
+			}
+		case "metadata":
+			if strings.HasPrefix(line, "# ") {
+				file = strings.TrimPrefix(line, "# ")
+			} else if file != "" {
+				s.Metadata[file] += line + "\n"
+			}
+		}
+	}
+	sort.Strings(s.Nodes)
+	return s
+}
+
+// metadataDevices lists the devices a metadata file names for driver.
+func metadataDevices(t *testing.T, content string) []string {
+	t.Helper()
+	var out []string
+	dec := json.NewDecoder(strings.NewReader(content))
+	for {
+		var m struct {
+			Requests []struct {
+				Name    string `json:"name"`
+				Devices []struct {
+					Driver string `json:"driver"`
+					Name   string `json:"name"`
+				} `json:"devices"`
+			} `json:"requests"`
+		}
+		if err := dec.Decode(&m); err == io.EOF {
+			break
+		} else {
+			require.NoError(t, err, content)
+		}
+		for _, r := range m.Requests {
+			for _, d := range r.Devices {
+				out = append(out, d.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// efaNodes maps each device efakit publishes for a fixture (single EFAs
+// by PCI address, groups by PCIe root) to the uverbs nodes a container
+// must hold for it, read from the fixture by efakit's discovery.
+type efaNodes struct {
+	byAddr map[string]string   // pciAddress -> "path maj:min"
+	byRoot map[string][]string // pcieRoot -> nodes
+}
+
+func fixtureNodes(t *testing.T, fixture string) efaNodes {
+	t.Helper()
+	root, err := sysfs.Open(fixture)
+	require.NoError(t, err)
+	defer root.Close()
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	e := efaNodes{byAddr: map[string]string{}, byRoot: map[string][]string{}}
+	for _, d := range topo.Of(topology.KindEFA) {
+		v := d.EFA.Verbs
+		require.NotNil(t, v)
+		node := fmt.Sprintf("%s %d:%d", v.DevicePath(), v.Major, v.Minor)
+		e.byAddr[d.PCI.Address.String()] = node
+		s, _ := topo.StandardAttributes(d)
+		e.byRoot[s.PCIeRoot] = append(e.byRoot[s.PCIeRoot], node)
+	}
+	return e
+}
+
+// expect lists the uverbs nodes for the published devices of a claim's
+// allocation, by the attributes the devices carry on the API server.
+func (n *realNode) expect(t *testing.T, nodes efaNodes, claims ...*resourceapi.ResourceClaim) []string {
+	t.Helper()
+	published := n.publishedEFAs(t)
+	var out []string
+	for _, c := range claims {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver != driver.DefaultDriverName {
+				continue
+			}
+			d, ok := published[r.Device]
+			require.True(t, ok, "allocated device %s is published", r.Device)
+			if a, ok := d.Attributes[driver.AttrPCIAddr]; ok {
+				out = append(out, nodes.byAddr[*a.StringValue])
+			} else {
+				out = append(out, nodes.byRoot[*d.Attributes[driver.AttrPCIeRoot].StringValue]...)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (n *realNode) publishedEFAs(t *testing.T) map[string]resourceapi.Device {
+	l, err := n.c.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name})
+	require.NoError(t, err)
+	out := map[string]resourceapi.Device{}
+	for _, s := range l.Items {
+		for _, d := range s.Spec.Devices {
+			out[d.Name] = d
+		}
+	}
+	return out
+}
+
+// waitEFAs waits until the node's dra.net slices hold want devices.
+func (n *realNode) waitEFAs(t *testing.T, want int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(n.publishedEFAs(t)) == want }, 60*time.Second, 100*time.Millisecond,
+		"%d dra.net devices published; plugin log:\n%s", want, n.logTail("efakit-plugin", 2000))
+}
+
+// ensureNamespace makes the pods' namespace and its default service
+// account (no controller manager makes them here).
+func (n *realNode) ensureNamespace() {
+	ctx := context.Background()
+	_, err := n.c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeNS}}, metav1.CreateOptions{})
+	require.NoError(n.t, createIgnoreExists(err))
+	_, err = n.c.client.CoreV1().ServiceAccounts(nodeNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	require.NoError(n.t, createIgnoreExists(err))
+}
+
+// printerPod is a pod on the node whose one container uses every claim of
+// the pod and runs printScript.
+func (n *realNode) printerPod(name string, claims ...corev1.PodResourceClaim) *corev1.Pod {
+	no := false
+	grace := int64(0)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeNS},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": n.name},
+			AutomountServiceAccountToken:  &no,
+			TerminationGracePeriodSeconds: &grace,
+			ResourceClaims:                claims,
+			Containers: []corev1.Container{{Name: "print", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", printScript}}},
+		}}
+	for _, c := range claims {
+		pod.Spec.Containers[0].Resources.Claims = append(pod.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: c.Name})
+	}
+	return pod
+}
+
+func templateClaim(name, template string) corev1.PodResourceClaim {
+	return corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: &template}
+}
+
+func sharedClaim(name, claim string) corev1.PodResourceClaim {
+	return corev1.PodResourceClaim{Name: name, ResourceClaimName: &claim}
+}
+
+// run creates the pod, waits until it runs and its container printed, and
+// returns what the container saw and the pod's claims (by pod claim name).
+func (n *realNode) run(t *testing.T, pod *corev1.Pod) (seen, map[string]*resourceapi.ResourceClaim) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := n.c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return n.waitPrinted(t, pod.Name)
+}
+
+// waitPrinted waits for the pod's container to run and print, and returns
+// what it printed, read through the API's pod logs.
+func (n *realNode) waitPrinted(t *testing.T, name string) (seen, map[string]*resourceapi.ResourceClaim) {
+	t.Helper()
+	ctx := context.Background()
+	var p *corev1.Pod
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var err error
+		p, err = n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			ev, _ := n.c.client.CoreV1().Events(nodeNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+			var evs []string
+			if ev != nil {
+				for _, e := range ev.Items {
+					evs = append(evs, e.Reason+": "+e.Message)
+				}
+			}
+			t.Fatalf("pod %s not running: %+v\nevents:\n%s\nkubelet:\n%s\nplugin:\n%s", name, p.Status, strings.Join(evs, "\n"),
+				n.logTail("kubelet", 3000), n.logTail("efakit-plugin", 2000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var out string
+	require.Eventually(t, func() bool {
+		b, err := n.c.client.CoreV1().Pods(nodeNS).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		out = string(b)
+		return err == nil && strings.Contains(out, "== end")
+	}, 30*time.Second, 100*time.Millisecond, "pod %s logs", name)
+	claims := map[string]*resourceapi.ResourceClaim{}
+	for _, s := range p.Status.ResourceClaimStatuses {
+		claimName := s.ResourceClaimName
+		require.NotNil(t, claimName)
+		c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, *claimName, metav1.GetOptions{})
+		require.NoError(t, err)
+		claims[s.Name] = c
+	}
+	for _, pc := range p.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil {
+			c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+			require.NoError(t, err)
+			claims[pc.Name] = c
+		}
+	}
+	return parseSeen(out), claims
+}
+
+// deletePod deletes a pod and waits until it is gone (the kubelet stopped
+// it and unprepared its claims; the claim controller freed them).
+func (n *realNode) deletePod(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, n.c.client.CoreV1().Pods(nodeNS).Delete(ctx, name, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, 60*time.Second, 100*time.Millisecond, "pod %s deleted", name)
+}
+
+// claimsOf lists a pod's claims in pod claim name order.
+func claimsOf(m map[string]*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
+	var names []string
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var out []*resourceapi.ResourceClaim
+	for _, k := range names {
+		out = append(out, m[k])
+	}
+	return out
+}
+
+// allocated lists the devices of a driver in claims.
+func allocated(driverName string, claims ...*resourceapi.ResourceClaim) []string {
+	var out []string
+	for _, c := range claims {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == driverName {
+				out = append(out, r.Device)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// publishedCount is how many dra.net devices the plugin publishes for a
+// fixture in a group mode.
+func publishedCount(t *testing.T, fixture string, mode driver.GroupMode) int {
+	root, err := sysfs.Open(fixture)
+	require.NoError(t, err)
+	defer root.Close()
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	res, err := driver.PublishedResources(topo, nil, driver.Config{NodeName: "n", Groups: mode})
+	require.NoError(t, err)
+	count := 0
+	for _, pool := range res.Pools {
+		for _, s := range pool.Slices {
+			count += len(s.Devices)
+		}
+	}
+	return count
+}
+
+// runTemplates runs, on the real node, one pod per template `efakit
+// claims` prints for the fixture in the plugin's group mode, then its
+// whole-node pod, and checks what each container got.
+func (n *realNode) runTemplates(t *testing.T, fixture string, mode driver.GroupMode, nodes efaNodes) {
+	prefix := string(mode) + "-"
+	tms, all := createTemplates(t, n.c, fixture, mode, prefix)
+	var names []string
+	for name := range tms {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			pod := n.printerPod(prefix+name, templateClaim("c", prefix+name))
+			got, claims := n.run(t, pod)
+			require.NotEmpty(t, got.Nodes)
+			n.check(t, got, nodes, podClaims(claims), nil)
+			n.deletePod(t, pod.Name)
+		})
+	}
+	if all != nil {
+		t.Run("whole-node", func(t *testing.T) {
+			pod := n.printerPod(prefix+"whole-node", all.Pod.Spec.ResourceClaims...)
+			got, claims := n.run(t, pod)
+			assert.Len(t, got.Nodes, len(nodes.byAddr), "every EFA of the node")
+			n.check(t, got, nodes, podClaims(claims), nil)
+			n.deletePod(t, pod.Name)
+		})
+	}
+}
+
+// TestRealNodeTemplates: on p5en and trn2 nodes, in every group mode, the
+// templates `efakit claims` prints run as pods through the real kubelet,
+// containerd and runc, and each container holds exactly its allocation:
+// single EFAs, group devices (every EFA of the group's PCIe root), the
+// accelerators beside them, and metadata naming them. On trn2, the users'
+// aligned-efa-neuron too: four Neuron devices with the four EFAs of their
+// device group.
+func TestRealNodeTemplates(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	for _, fixture := range []string{"../../testdata/sysfs/p5en.48xlarge.sysfs", trn2Fixture} {
+		t.Run(fixture[len("../../testdata/sysfs/"):], func(t *testing.T) {
+			n := startRealNode(t, c)
+			n.ensureNamespace()
+			accel := n.startAccelDriver(fixture)
+			require.NotEmpty(t, accel)
+			nodes := fixtureNodes(t, fixture)
+			for _, mode := range []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed} {
+				t.Run(string(mode), func(t *testing.T) {
+					n.startEFAKit(fixture, "--set", "groups="+modeFlag(mode))
+					defer n.killEFAKit(syscall.SIGTERM)
+					n.waitEFAs(t, publishedCount(t, fixture, mode))
+					n.runTemplates(t, fixture, mode, nodes)
+					if fixture == trn2Fixture && mode == driver.GroupsNone {
+						t.Run("users/aligned-efa-neuron", func(t *testing.T) {
+							createSeed(t, c, "seed-claims-neuron.yaml")
+							published := n.publishedEFAs(t)
+							for i := range 4 {
+								got, claims := n.run(t, n.printerPod(fmt.Sprintf("neuron-%d", i), templateClaim("c", "aligned-efa-neuron")))
+								cl := podClaims(claims)
+								n.check(t, got, nodes, cl, nil)
+								r := byReq(cl[0])
+								require.Len(t, r["4-efas"], 4)
+								group := *accel[r["4-neurons"][0]].Attributes[driver.AttrGroup4].StringValue
+								for _, d := range r["4-neurons"] {
+									assert.Equal(t, group, *accel[d].Attributes[driver.AttrGroup4].StringValue)
+								}
+								for _, e := range r["4-efas"] {
+									assert.Equal(t, group, *published[e].Attributes[driver.AttrGroup4].StringValue, "the EFA's devicegroup4_id")
+								}
+							}
+							for i := range 4 {
+								n.deletePod(t, fmt.Sprintf("neuron-%d", i))
+							}
+						})
+					}
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,656 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The real node: a kubelet built from test/e2e/k8s (the control plane's
+// version), containerd, its runc shim and ctr from test/e2e/runtime, Debian's
+// runc, the CNI loopback plugin and cmd/podnet, with images made here
+// (cmd/pause, Debian's static busybox). containerd and the kubelet run in a
+// private mount namespace that holds everything they mount and the three
+// sysctls the kubelet insists on (bind-mounted files), so the host's
+// sysctls, network and mount table stay as they were; every file is under
+// one temporary directory, and stop removes what start made.
+
+const (
+	busyboxImage = "efakit.test/busybox:e2e"
+	pauseImage   = "efakit.test/pause:e2e"
+)
+
+// hostPaths are the fixed paths containerd and the kubelet write whatever
+// their configuration says (containerd's shim sockets in /run/containerd,
+// libcni's cache, the kubelet's container log links and its device plugin
+// socket in /var/lib/kubelet/device-plugins): each is a tmpfs
+// inside the node's mount namespace, over a directory made for it on the
+// host where there was none and removed at stop.
+var hostPaths = []string{"/run/containerd", "/var/lib/cni", "/var/log/containers", "/var/lib/kubelet"}
+
+// nodeBins are the real node's programs.
+type nodeBins struct {
+	kubelet, kubectl, containerd, shim, ctr, loopback, podnet, runc, busybox, pause string
+}
+
+var (
+	nodeBinOnce sync.Once
+	nodeBin     nodeBins
+	nodeBinErr  error
+)
+
+// kubeVersion is the version of k8s.io/kubernetes in test/e2e/k8s/go.mod,
+// stamped into the kubelet and kubectl (the node reports it).
+func kubeVersion() (string, error) {
+	out, err := exec.Command("go", "-C", "k8s", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes").Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// realNodeBinaries builds (or finds in the build cache) the node's
+// programs, once per test binary. Debian's runc and busybox-static come
+// from make e2e-deps.
+func realNodeBinaries() (nodeBins, error) {
+	nodeBinOnce.Do(func() {
+		bins, err := binDir()
+		if err != nil {
+			nodeBinErr = err
+			return
+		}
+		if err := buildKube(bins, "kubelet", "kubectl"); err != nil {
+			nodeBinErr = err
+			return
+		}
+		b := exec.Command("go", "build", "-tags", "no_btrfs no_devmapper no_zfs", "-o", bins+"/",
+			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+			"github.com/containerd/containerd/v2/cmd/ctr", "github.com/containernetworking/plugins/plugins/main/loopback")
+		b.Dir = "runtime"
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			nodeBinErr = fmt.Errorf("go build (test/e2e/runtime): %v\n%s", err, out)
+			return
+		}
+		b = exec.Command("go", "build", "-o", bins+"/", "./cmd/podnet", "./cmd/pause")
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			nodeBinErr = fmt.Errorf("go build podnet, pause: %v\n%s", err, out)
+			return
+		}
+		nodeBin = nodeBins{kubelet: bins + "/kubelet", kubectl: bins + "/kubectl", containerd: bins + "/containerd",
+			shim: bins + "/containerd-shim-runc-v2", ctr: bins + "/ctr", loopback: bins + "/loopback",
+			podnet: bins + "/podnet", pause: bins + "/pause"}
+		for _, p := range []struct {
+			to   *string
+			name string
+		}{{&nodeBin.runc, "runc"}, {&nodeBin.busybox, "busybox"}} {
+			if *p.to, err = exec.LookPath(p.name); err != nil {
+				nodeBinErr = fmt.Errorf("%s is not installed (make e2e-deps: apt-get install runc busybox-static): %w", p.name, err)
+				return
+			}
+		}
+	})
+	return nodeBin, nodeBinErr
+}
+
+// realNode is one kubelet with its container runtime on this machine,
+// registered with the shared control plane under the machine's host name
+// (which resolves to a loopback address, so the API server reaches the
+// kubelet for logs with --kubelet-preferred-address-types=Hostname).
+type realNode struct {
+	t       *testing.T
+	c       *controlPlane
+	name    string
+	dir     string
+	bins    nodeBins
+	holder  *exec.Cmd // the process that holds the mount namespace
+	procs   map[string]*exec.Cmd
+	made    []string // host directories made as mount points
+	sock    string   // containerd's socket
+	kubelet string   // the kubelet's root directory
+	cdi     string   // the CDI directory containerd reads
+
+	pluginHTTP string // efakit-plugin's /metrics, /readyz
+	accel      []*accelDriver
+}
+
+// startRealNode starts containerd and a kubelet and waits until the node
+// is Ready. Only one runs at a time: it takes the host name.
+func startRealNode(t *testing.T, c *controlPlane) *realNode {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the real node needs root")
+	}
+	bins, err := realNodeBinaries()
+	require.NoError(t, err)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	addrs, err := net.LookupHost(host)
+	require.NoError(t, err, "the host name must resolve (to a loopback address)")
+	require.True(t, net.ParseIP(addrs[0]).IsLoopback(), "host name %s resolves to %v, not a loopback address: the API server could not reach the kubelet", host, addrs)
+	cleanStaleNodes()
+	if _, err := os.Stat("/sys/fs/cgroup/memory/kubepods"); err == nil {
+		t.Fatal("a kubelet's cgroups (kubepods) exist on this machine: the real node would share them with that kubelet")
+	}
+	dir, err := os.MkdirTemp("", "efakit-node-")
+	require.NoError(t, err)
+	n := &realNode{t: t, c: c, name: strings.ToLower(host), dir: dir, bins: bins, procs: map[string]*exec.Cmd{},
+		sock: filepath.Join(dir, "containerd.sock"), kubelet: filepath.Join(dir, "kubelet"), cdi: filepath.Join(dir, "cdi")}
+	t.Cleanup(n.stop)
+	for _, d := range []string{"sysctl", "cni/bin", "cni/conf", "cni/data", "cdi", "kubelet/plugins", "kubelet/plugins_registry", "pod-logs", "containerd", "images"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
+	}
+	for _, f := range []struct{ name, value string }{{"one", "1\n"}, {"ten", "10\n"}} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "sysctl", f.name), []byte(f.value), 0o644))
+	}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); os.IsNotExist(err) {
+			require.NoError(t, os.MkdirAll(p, 0o755))
+			n.made = append(n.made, p)
+		}
+	}
+	// For a later run to clean up after this one, should this test
+	// binary be killed before its cleanup.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "made"), []byte(strings.Join(n.made, "\n")), 0o644))
+	// The namespace: sysctls the kubelet reads and writes, and a tmpfs on
+	// each fixed path. unshare without --fork execs sh, and sh execs
+	// sleep: one PID throughout.
+	script := fmt.Sprintf(`set -e
+mount --bind %[1]s/sysctl/one /proc/sys/vm/overcommit_memory
+mount --bind %[1]s/sysctl/ten /proc/sys/kernel/panic
+mount --bind %[1]s/sysctl/one /proc/sys/kernel/panic_on_oops
+for p in %[2]s; do mount -t tmpfs -o mode=0755 tmpfs "$p"; done
+exec sleep infinity`, dir, strings.Join(hostPaths, " "))
+	n.holder = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	n.holder.Stderr = n.logFile("namespace")
+	n.holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, n.holder.Start())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "holder.pid"), []byte(strconv.Itoa(n.holder.Process.Pid)), 0o644))
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.holder.Process.Pid))
+		return strings.HasPrefix(string(b), "sleep")
+	}, 10*time.Second, 20*time.Millisecond, "the mount namespace holder")
+
+	// CNI: the loopback plugin and podnet, one network.
+	for _, p := range []string{bins.loopback, bins.podnet} {
+		require.NoError(t, os.Symlink(p, filepath.Join(dir, "cni/bin", filepath.Base(p))))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cni/conf/10-podnet.conflist"), fmt.Appendf(nil,
+		`{"cniVersion": "1.0.0", "name": "efakit-e2e", "plugins": [{"type": "podnet", "dataDir": %q}]}`, filepath.Join(dir, "cni/data")), 0o644))
+
+	n.startContainerd()
+	n.importImages()
+	n.startKubelet()
+	return n
+}
+
+func (n *realNode) logFile(name string) *os.File {
+	f, err := os.OpenFile(filepath.Join(n.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(n.t, err)
+	return f
+}
+
+// inNamespace runs a program in the node's mount namespace (nsenter
+// execs it: the PID is the program's).
+func (n *realNode) inNamespace(name string, argv ...string) *exec.Cmd {
+	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.holder.Process.Pid), "-m", "--"}, argv...)...)
+	log := n.logFile(name)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+func (n *realNode) logTail(name string, size int) string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, name+".log"))
+	if len(b) > size {
+		b = b[len(b)-size:]
+	}
+	return string(b)
+}
+
+func (n *realNode) startContainerd() {
+	t := n.t
+	conf := fmt.Sprintf(`version = 3
+root = %[1]q
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
+
+[grpc]
+  address = %[2]q
+[ttrpc]
+  address = %[3]q
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %[4]q
+
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_cdi = true
+  cdi_spec_dirs = [%[5]q]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = %[6]q
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%[7]q]
+    conf_dir = %[8]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+`, filepath.Join(n.dir, "containerd"), n.sock, n.sock+".ttrpc", pauseImage, n.cdi, n.bins.runc,
+		filepath.Join(n.dir, "cni/bin"), filepath.Join(n.dir, "cni/conf"))
+	path := filepath.Join(n.dir, "containerd.toml")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
+	cmd := n.inNamespace("containerd", n.bins.containerd, "--config", path)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(n.bins.shim)+":"+os.Getenv("PATH"))
+	require.NoError(t, cmd.Start())
+	n.procs["containerd"] = cmd
+	require.Eventually(t, func() bool {
+		return exec.Command(n.bins.ctr, "--address", n.sock, "version").Run() == nil
+	}, 60*time.Second, 100*time.Millisecond, "containerd; log:\n%s", n.logTail("containerd", 3000))
+}
+
+// importImages packs the sandbox image (cmd/pause) and a busybox image
+// (Debian's static busybox with its applets linked) as image tarballs and
+// imports them into containerd's k8s.io namespace: no registry.
+func (n *realNode) importImages() {
+	t := n.t
+	pause, err := imageOf(map[string]string{"/pause": n.bins.pause}, nil, []string{"/pause"})
+	require.NoError(t, err)
+	links := map[string]string{}
+	for _, a := range []string{"sh", "ls", "cat", "env", "sort", "find", "echo", "sleep", "grep", "stat", "readlink", "true"} {
+		links["/bin/"+a] = "busybox"
+	}
+	busybox, err := imageOf(map[string]string{"/bin/busybox": n.bins.busybox}, links, []string{"/bin/sh"})
+	require.NoError(t, err)
+	for ref, img := range map[string]v1.Image{pauseImage: pause, busyboxImage: busybox} {
+		tag, err := name.NewTag(ref)
+		require.NoError(t, err)
+		file := filepath.Join(n.dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+		require.NoError(t, tarball.WriteToFile(file, tag, img))
+		out, err := exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "images", "import", "--all-platforms", file).CombinedOutput()
+		require.NoError(t, err, "ctr images import %s: %s", ref, out)
+	}
+}
+
+// imageOf is a one-layer linux/amd64 image of files (path in the image:
+// file on the host) and symbolic links (path: target).
+func imageOf(files, links map[string]string, entrypoint []string) (v1.Image, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	addDir := func(p string) error {
+		for d := filepath.Dir(p); d != "/" && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for p, src := range files {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return nil, err
+		}
+		if err := addDir(p); err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: 0o755, Size: int64(len(b))}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return nil, err
+		}
+	}
+	for p, target := range links {
+		if err := addDir(p); err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(p, "/"), Linkname: target, Mode: 0o777}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Entrypoint = entrypoint
+	cf.Config.Env = []string{"PATH=/bin"}
+	return mutate.ConfigFile(img, cf)
+}
+
+func (n *realNode) startKubelet() {
+	t := n.t
+	healthz, err := freePort()
+	require.NoError(t, err)
+	port, err := freePort()
+	require.NoError(t, err)
+	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+containerRuntimeEndpoint: unix://%[1]s
+address: 127.0.0.1
+port: %[2]d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %[3]d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: ""
+localStorageCapacityIsolation: false
+podLogsDir: %[4]s
+volumePluginDir: %[5]s
+`, n.sock, port, healthz, filepath.Join(n.dir, "pod-logs"), filepath.Join(n.dir, "kubelet/volume-plugins"))
+	path := filepath.Join(n.dir, "kubelet.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
+	cmd := n.inNamespace("kubelet", n.bins.kubelet, "--config", path, "--kubeconfig", filepath.Join(n.c.dir, "admin.kubeconfig"),
+		"--hostname-override", n.name, "--root-dir", n.kubelet, "--cert-dir", filepath.Join(n.kubelet, "pki"), "-v", "2")
+	require.NoError(t, cmd.Start())
+	n.procs["kubelet"] = cmd
+	n.waitReady()
+}
+
+// waitReady waits for the node to be Ready and lifts the not-ready taint
+// the API server puts on a new node (no node lifecycle controller runs
+// here: it would mark the other tests' nodes, which no kubelet updates,
+// unreachable).
+func (n *realNode) waitReady() {
+	t, ctx := n.t, context.Background()
+	var node *corev1.Node
+	require.Eventually(t, func() bool {
+		var err error
+		node, err = n.c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}, 120*time.Second, 200*time.Millisecond, "node %s Ready; kubelet log:\n%s", n.name, n.logTail("kubelet", 4000))
+	require.NoError(t, retryOnConflict(func() error {
+		node, err := n.c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var keep []corev1.Taint
+		for _, tn := range node.Spec.Taints {
+			if tn.Key != corev1.TaintNodeNotReady {
+				keep = append(keep, tn)
+			}
+		}
+		node.Spec.Taints = keep
+		_, err = n.c.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	}))
+}
+
+func retryOnConflict(f func() error) error {
+	for range 20 {
+		err := f()
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return f()
+}
+
+// reboot simulates a power cut and a boot under a new boot ID: every
+// process of the node dies (the plugin, the kubelet, containerd, the shims
+// and the containers), what a reboot empties is emptied (/run/containerd,
+// a tmpfs, with the containers' mounts; the CDI directory, /var/run/cdi on
+// a node), and containerd and the kubelet start again. The caller starts
+// the plugins again, as their DaemonSets would.
+func (n *realNode) reboot(bootID string) {
+	t := n.t
+	for _, name := range []string{"efakit-plugin", "kubelet"} {
+		n.stopProc(name, syscall.SIGKILL, 10*time.Second)
+	}
+	n.killAll(func() []int { return cgroupPIDs("kubepods") })
+	n.stopProc("containerd", syscall.SIGKILL, 10*time.Second)
+	n.killAll(n.namespacePIDs)
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(n.holder.Process.Pid), "-m", "--", "sh", "-c",
+		"umount -R /run/containerd && mount -t tmpfs -o mode=0755 tmpfs /run/containerd").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	entries, err := os.ReadDir(n.cdi)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NoError(t, os.RemoveAll(filepath.Join(n.cdi, e.Name())))
+	}
+	n.setBootID(bootID)
+	n.startContainerd()
+	n.startKubelet()
+}
+
+// killAll kills the processes list returns until there are none.
+func (n *realNode) killAll(list func() []int) {
+	for range 100 {
+		pids := list()
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stopProc sends sig to a process of the node and waits for it.
+func (n *realNode) stopProc(name string, sig syscall.Signal, wait time.Duration) {
+	cmd := n.procs[name]
+	if cmd == nil {
+		return
+	}
+	delete(n.procs, name)
+	_ = cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// namespacePIDs lists the processes in the node's mount namespace other
+// than the holder: containerd's shims and the containers' processes
+// outlive containerd.
+func (n *realNode) namespacePIDs() []int {
+	if n.holder == nil {
+		return nil
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", n.holder.Process.Pid))
+	if err != nil {
+		return nil
+	}
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == n.holder.Process.Pid {
+			continue
+		}
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && l == ns {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// stop deletes the node's pods and the Node, stops the kubelet and
+// containerd, kills what is left in the namespace (shims, containers),
+// ends the namespace, and removes the kubelet's cgroups, the mount point
+// directories it made and its directory: nothing of it is left.
+func (n *realNode) stop() {
+	ctx := context.Background()
+	if n.procs["kubelet"] != nil {
+		pods, _ := n.c.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
+		if pods != nil {
+			zero := int64(0)
+			for _, p := range pods.Items {
+				_ = n.c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			}
+		}
+	}
+	n.stopAccelDrivers()
+	for _, name := range []string{"efakit-plugin", "kubelet"} {
+		n.stopProc(name, syscall.SIGTERM, 20*time.Second)
+	}
+	// The containers have mount namespaces of their own: found by the
+	// kubelet's cgroups.
+	n.killAll(func() []int { return cgroupPIDs("kubepods") })
+	n.stopProc("containerd", syscall.SIGTERM, 20*time.Second)
+	for _, cmd := range n.procs {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	n.procs = map[string]*exec.Cmd{}
+	n.killAll(n.namespacePIDs)
+	if n.holder != nil {
+		_ = n.holder.Process.Kill()
+		_ = n.holder.Wait()
+		n.holder = nil
+	}
+	removeCgroups("kubepods")
+	for _, p := range n.made {
+		_ = os.Remove(p)
+	}
+	n.made = nil
+	_ = n.c.client.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{})
+	_ = n.c.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
+	_ = os.RemoveAll(n.dir)
+}
+
+// cleanStaleNodes ends what a real node of an earlier test binary left
+// when that binary was killed before its cleanup (a test timeout): its
+// processes (the namespace holder and what runs in its namespace, the
+// containers in the kubelet's cgroups), its cgroups, the mount point
+// directories it made and its directory.
+func cleanStaleNodes() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "efakit-node-*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "holder.pid"))
+		if err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && pid > 0 && string(cmd) == "sleep\x00infinity\x00" {
+			stale := &realNode{holder: &exec.Cmd{Process: &os.Process{Pid: pid}}}
+			stale.killAll(stale.namespacePIDs)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		(&realNode{}).killAll(func() []int { return cgroupPIDs("kubepods") })
+		removeCgroups("kubepods")
+		if made, err := os.ReadFile(filepath.Join(dir, "made")); err == nil {
+			for _, p := range strings.Fields(string(made)) {
+				_ = os.Remove(p)
+			}
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// cgroupPIDs lists the processes in cgroup name and under it, in any
+// hierarchy.
+func cgroupPIDs(name string) []int {
+	seen := map[int]bool{}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
+	roots = append(roots, "/sys/fs/cgroup/"+name)
+	for _, root := range roots {
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Name() == "cgroup.procs" {
+				b, _ := os.ReadFile(p)
+				for _, f := range strings.Fields(string(b)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						seen[pid] = true
+					}
+				}
+			}
+			return nil
+		})
+	}
+	var pids []int
+	for pid := range seen {
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// removeCgroups removes the cgroup name, and every cgroup under it, from
+// each cgroup v1 hierarchy and the unified one: the kubelet's cgroupfs
+// driver made them on the host's cgroup file system.
+func removeCgroups(name string) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
+	if _, err := os.Stat("/sys/fs/cgroup/" + name); err == nil {
+		roots = append(roots, "/sys/fs/cgroup/"+name)
+	}
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			for range 20 {
+				if err := syscall.Rmdir(dirs[i]); err == nil || os.IsNotExist(err) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+}
