@@ -26,7 +26,13 @@ import (
 // the chart with extra arguments.
 func render(t *testing.T, args ...string) []runtime.Object {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"tool", "helm", "template", "efakit", "../../deployments/helm/efakit", "--namespace", "efakit", "--kube-version", "1.34.0"}, args...)...)
+	return renderRelease(t, "efakit", "efakit", args...)
+}
+
+// renderRelease renders the chart as release name in namespace ns.
+func renderRelease(t *testing.T, name, ns string, args ...string) []runtime.Object {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"tool", "helm", "template", name, "../../deployments/helm/efakit", "--namespace", ns, "--kube-version", "1.34.0"}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	require.NoError(t, cmd.Run(), errOut.String())

@@ -53,9 +53,14 @@ func binDir() (string, error) {
 	return filepath.Join(c, "efakit-e2e", "bin"), nil
 }
 
-// buildKube builds the control plane commands of test/e2e/k8s/go.mod.
+// buildKube builds Kubernetes commands of test/e2e/k8s/go.mod, stamped
+// with the module's version (else they report v0.0.0-master).
 func buildKube(dir string, cmds ...string) error {
-	args := []string{"build", "-o", dir + "/"}
+	version, err := kubeVersion()
+	if err != nil {
+		return fmt.Errorf("version of k8s.io/kubernetes in test/e2e/k8s: %w", err)
+	}
+	args := []string{"build", "-ldflags", "-X k8s.io/component-base/version.gitVersion=" + version, "-o", dir + "/"}
 	for _, c := range cmds {
 		args = append(args, "k8s.io/kubernetes/cmd/"+c)
 	}

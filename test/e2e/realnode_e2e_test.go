@@ -306,6 +306,7 @@ func TestRealNodeP5(t *testing.T) {
 	t.Run("fault/reboot", func(t *testing.T) {
 		got, claims := n.run(t, n.printerPod("rebooted", templateClaim("efa", "single-efa-claim")))
 		_, restarts := n.containerID(t, "rebooted")
+		start := time.Now()
 		n.reboot("5b0c7e4e-2f7d-4c55-8d0a-7f3e1c9a6b21")
 		n.rewriteAccelSpecs()
 		n.startEFAKit(p5Fixture)
@@ -314,6 +315,7 @@ func TestRealNodeP5(t *testing.T) {
 			return r > restarts
 		}, 120*time.Second, 200*time.Millisecond, "the pod's container started again after the reboot; kubelet:\n%s", n.logTail("kubelet", 3000))
 		again, _ := n.waitPrinted(t, "rebooted")
+		t.Logf("the pod ran again %s after the reboot began", time.Since(start).Round(time.Millisecond))
 		assert.Equal(t, got.Nodes, again.Nodes, "the same EFA after the reboot")
 		n.check(t, again, nodes, podClaims(claims), nil)
 		assert.Contains(t, n.logTail("efakit-plugin", 1<<20), "dropped claims prepared before the node rebooted")
@@ -405,15 +407,12 @@ func (n *realNode) rescan() {
 
 // podStartLatency creates pods one after another, each with a claim for
 // one EFA (the users' single-efa-claim), and measures from the create call
-// to the watch showing the pod Running: the controller manager's claim,
+// to the API showing the pod Running (asked every 20 ms): the controller manager's claim,
 // the scheduler's allocation, the kubelet's prepare through the plugin and
 // containerd's start with the CDI device. Each pod is deleted once it
 // runs. It prints the percentiles; it asserts nothing about them.
 func (n *realNode) podStartLatency(t *testing.T, pods int) {
 	ctx := context.Background()
-	w, err := n.c.client.CoreV1().Pods(nodeNS).Watch(ctx, metav1.ListOptions{LabelSelector: "latency=1"})
-	require.NoError(t, err)
-	defer w.Stop()
 	var took []time.Duration
 	for i := range pods {
 		pod := n.printerPod(fmt.Sprintf("latency-%d", i), templateClaim("efa", "single-efa-claim"))
@@ -422,18 +421,18 @@ func (n *realNode) podStartLatency(t *testing.T, pods int) {
 		start := time.Now()
 		_, err := n.c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
-		timeout := time.After(60 * time.Second)
-	wait:
+		// Asked every 20 ms: a watch here was seen to end early.
 		for {
-			select {
-			case ev := <-w.ResultChan():
-				if p, ok := ev.Object.(*corev1.Pod); ok && p.Name == pod.Name && p.Status.Phase == corev1.PodRunning {
-					took = append(took, time.Since(start))
-					break wait
-				}
-			case <-timeout:
-				t.Fatalf("pod %s not running after 60 s", pod.Name)
+			p, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, pod.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			if p.Status.Phase == corev1.PodRunning {
+				took = append(took, time.Since(start))
+				break
 			}
+			if time.Since(start) > 60*time.Second {
+				t.Fatalf("pod %s not running after 60 s: %+v\nkubelet:\n%s\nplugin:\n%s", pod.Name, p.Status, n.logTail("kubelet", 4000), n.logTail("efakit-plugin", 2000))
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		zero := int64(0)
 		require.NoError(t, n.c.client.CoreV1().Pods(nodeNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}))

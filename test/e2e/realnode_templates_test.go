@@ -37,7 +37,7 @@ func publishedCount(t *testing.T, fixture string, mode driver.GroupMode) int {
 // claims` prints for the fixture in the plugin's group mode, then its
 // whole-node pod, and checks what each container got.
 func (n *realNode) runTemplates(t *testing.T, fixture string, mode driver.GroupMode, nodes efaNodes) {
-	prefix := string(mode) + "-"
+	prefix := modeFlag(mode) + "-"
 	tms, all := createTemplates(t, n.c, fixture, mode, prefix)
 	var names []string
 	for name := range tms {
@@ -54,8 +54,8 @@ func (n *realNode) runTemplates(t *testing.T, fixture string, mode driver.GroupM
 		})
 	}
 	if all != nil {
-		t.Run("whole-node", func(t *testing.T) {
-			pod := n.printerPod(prefix+"whole-node", all.Pod.Spec.ResourceClaims...)
+		t.Run("all-pod", func(t *testing.T) {
+			pod := n.printerPod(prefix+"all-pod", all.Pod.Spec.ResourceClaims...)
 			got, claims := n.run(t, pod)
 			assert.Len(t, got.Nodes, len(nodes.byAddr), "every EFA of the node")
 			n.check(t, got, nodes, podClaims(claims), nil)
@@ -82,7 +82,7 @@ func TestRealNodeTemplates(t *testing.T) {
 			require.NotEmpty(t, accel)
 			nodes := fixtureNodes(t, fixture)
 			for _, mode := range []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed} {
-				t.Run(string(mode), func(t *testing.T) {
+				t.Run(modeFlag(mode), func(t *testing.T) {
 					n.startEFAKit(fixture, "--set", "groups="+modeFlag(mode))
 					defer n.killEFAKit(syscall.SIGTERM)
 					n.waitEFAs(t, publishedCount(t, fixture, mode))

@@ -29,7 +29,8 @@ import (
 )
 
 // The real node: a kubelet built from test/e2e/k8s (the control plane's
-// version), containerd, its runc shim and ctr from test/e2e/runtime, Debian's
+// version; no kubectl: the tests read pod logs through the API's pods/log
+// subresource with client-go, the call kubectl logs makes), containerd, its runc shim and ctr from test/e2e/runtime, Debian's
 // runc, the CNI loopback plugin and cmd/podnet, with images made here
 // (cmd/pause, Debian's static busybox). containerd and the kubelet run in a
 // private mount namespace that holds everything they mount and the three
@@ -52,7 +53,7 @@ var hostPaths = []string{"/run/containerd", "/var/lib/cni", "/var/log/containers
 
 // nodeBins are the real node's programs.
 type nodeBins struct {
-	kubelet, kubectl, containerd, shim, ctr, loopback, podnet, runc, busybox, pause string
+	kubelet, containerd, shim, ctr, loopback, podnet, runc, busybox, pause string
 }
 
 var (
@@ -62,7 +63,7 @@ var (
 )
 
 // kubeVersion is the version of k8s.io/kubernetes in test/e2e/k8s/go.mod,
-// stamped into the kubelet and kubectl (the node reports it).
+// stamped into the binaries (the node reports it).
 func kubeVersion() (string, error) {
 	out, err := exec.Command("go", "-C", "k8s", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes").Output()
 	return strings.TrimSpace(string(out)), err
@@ -78,7 +79,7 @@ func realNodeBinaries() (nodeBins, error) {
 			nodeBinErr = err
 			return
 		}
-		if err := buildKube(bins, "kubelet", "kubectl"); err != nil {
+		if err := buildKube(bins, "kubelet"); err != nil {
 			nodeBinErr = err
 			return
 		}
@@ -97,7 +98,7 @@ func realNodeBinaries() (nodeBins, error) {
 			nodeBinErr = fmt.Errorf("go build podnet, pause: %v\n%s", err, out)
 			return
 		}
-		nodeBin = nodeBins{kubelet: bins + "/kubelet", kubectl: bins + "/kubectl", containerd: bins + "/containerd",
+		nodeBin = nodeBins{kubelet: bins + "/kubelet", containerd: bins + "/containerd",
 			shim: bins + "/containerd-shim-runc-v2", ctr: bins + "/ctr", loopback: bins + "/loopback",
 			podnet: bins + "/podnet", pause: bins + "/pause"}
 		for _, p := range []struct {

@@ -63,8 +63,12 @@ func (c *controlPlane) startControllerManager() error {
 	if err != nil {
 		return err
 	}
+	// The DaemonSet controller and the root CA publisher (the
+	// kube-root-ca.crt ConfigMap a pod's service account token volume
+	// needs) run the chart's DaemonSet on the real node.
 	return c.start(filepath.Join(bins, "kube-controller-manager"), "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
-		"--leader-elect=false", "--controllers=resourceclaim-controller", "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port))
+		"--leader-elect=false", "--controllers=resourceclaim-controller,daemonset-controller,root-ca-certificate-publisher-controller",
+		"--root-ca-file", filepath.Join(c.dir, "certs", "apiserver.crt"), "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port))
 }
 
 // startScheduler runs the real kube-scheduler against the control plane.

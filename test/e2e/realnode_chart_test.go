@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+const chartImage = "ghcr.io/efakit/efakit-plugin"
+
+// importPluginImage builds the efakit-plugin image as `make image` does
+// (tools/image) and imports it into the node's containerd as
+// chartImage:e2e.
+func (n *realNode) importPluginImage() {
+	t := n.t
+	out := filepath.Join(n.dir, "images", "efakit-plugin")
+	b := exec.Command("go", "run", ".", "-o", out, "-version", "e2e")
+	b.Dir = "../../tools/image"
+	o, err := b.CombinedOutput()
+	require.NoError(t, err, "tools/image: %s", o)
+	idx, err := layout.ImageIndexFromPath(out)
+	require.NoError(t, err)
+	m, err := idx.IndexManifest()
+	require.NoError(t, err)
+	require.Len(t, m.Manifests, 1)
+	img, err := idx.Image(m.Manifests[0].Digest)
+	require.NoError(t, err)
+	tag, err := name.NewTag(chartImage + ":e2e")
+	require.NoError(t, err)
+	file := out + ".tar"
+	require.NoError(t, tarball.WriteToFile(file, tag, img))
+	o, err = exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "images", "import", file).CombinedOutput()
+	require.NoError(t, err, "ctr images import: %s", o)
+}
+
+// TestRealNodeChart installs the chart as a user would (helm template,
+// every object created on the API server) and lets the real DaemonSet
+// controller and kubelet run the efakit-plugin image on the node, with the
+// chart's security context (root, every capability dropped, read-only root
+// file system, RuntimeDefault seccomp), its probes and its pod-bound
+// service account token under its admission policy. Values differ from the
+// defaults only where this machine needs it: the image is imported (pull
+// policy Never), the kubelet's directories are the node's, /sys is an
+// unpacked p5 capture, the pod uses the host's network and is told the API
+// server's loopback address (no kube-proxy runs here, and the pod network
+// reaches nothing outside the pods), and the node is selected by name. A
+// pod then runs with an EFA prepared by the plugin pod.
+func TestRealNodeChart(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	ctx := context.Background()
+	n := startRealNode(t, c)
+	n.ensureNamespace()
+	n.importPluginImage()
+	const ns = "efakit-node"
+	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, createIgnoreExists(err))
+	port, err := freePort()
+	require.NoError(t, err)
+	apiPort := c.url[strings.LastIndex(c.url, ":")+1:]
+	values := fmt.Sprintf(`image: {repository: %s, tag: e2e, pullPolicy: Never}
+kubelet: {pluginsDir: %s, registrarDir: %s}
+cdiRoot: %s
+sysfsHostPath: %s
+metrics: {port: %d}
+hostNetwork: true
+extraEnv:
+- {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+- {name: KUBERNETES_SERVICE_PORT, value: %q}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {key: kubernetes.io/hostname, operator: In, values: [%s]}
+`, chartImage, filepath.Join(n.kubelet, "plugins"), filepath.Join(n.kubelet, "plugins_registry"), n.cdi, n.unpack(p5Fixture), port, apiPort, n.name)
+	valuesFile := filepath.Join(n.dir, "values.yaml")
+	require.NoError(t, os.WriteFile(valuesFile, []byte(values), 0o644))
+	var objs []runtime.Object
+	for _, o := range renderRelease(t, ns, ns, "-f", valuesFile) {
+		if _, ok := o.(*resourceapi.DeviceClass); ok {
+			// Cluster-wide, and made already by other tests.
+			_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, o.(*resourceapi.DeviceClass), metav1.CreateOptions{})
+			require.NoError(t, createIgnoreExists(err))
+			continue
+		}
+		objs = append(objs, o)
+	}
+	apply(t, c.config, objs)
+	t.Cleanup(func() {
+		_ = c.client.AppsV1().DaemonSets(ns).Delete(context.Background(), ns+"-plugin", metav1.DeleteOptions{})
+	})
+
+	// The DaemonSet's pod runs on the node and turns ready (registered
+	// with the kubelet).
+	var pod *corev1.Pod
+	require.Eventually(t, func() bool {
+		l, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(l.Items) != 1 {
+			return false
+		}
+		pod = &l.Items[0]
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}, 120*time.Second, 200*time.Millisecond, "the chart's plugin pod ready; pod: %+v\nkubelet:\n%s", podStatus(pod), n.logTail("kubelet", 4000))
+	ds, err := c.client.AppsV1().DaemonSets(ns).Get(ctx, ns+"-plugin", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), ds.Status.NumberReady)
+	n.waitEFAs(t, 32)
+
+	// The plugin pod's slices passed the chart's admission policy with the
+	// pod's own token; a pod gets its EFA through it.
+	createSeed(t, c, "seed-claims.yaml")
+	got, claims := n.run(t, n.printerPod("via-chart", templateClaim("efa", "single-efa-claim")))
+	require.Len(t, got.Nodes, 1)
+	n.check(t, got, fixtureNodes(t, p5Fixture), podClaims(claims), nil)
+	n.deletePod(t, "via-chart")
+	logs, err := c.client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, string(logs), `"prepared"`, "the plugin pod prepared the claim")
+
+	// Uninstalled: the DaemonSet goes, and its pod (which the garbage
+	// collector, not run here, would delete) stops on SIGTERM well within
+	// its 30 s grace period.
+	orphan := metav1.DeletePropagationOrphan
+	require.NoError(t, c.client.AppsV1().DaemonSets(ns).Delete(ctx, ns+"-plugin", metav1.DeleteOptions{PropagationPolicy: &orphan}))
+	start := time.Now()
+	require.NoError(t, c.client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, err := c.client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, 60*time.Second, 200*time.Millisecond, "the plugin pod gone")
+	assert.Less(t, time.Since(start), 20*time.Second, "the plugin stopped on SIGTERM, not at the end of its grace period")
+}
+
+func podStatus(p *corev1.Pod) any {
+	if p == nil {
+		return nil
+	}
+	return p.Status
+}
