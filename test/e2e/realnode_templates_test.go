@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -37,7 +39,8 @@ func publishedCount(t *testing.T, fixture string, mode driver.GroupMode) int {
 // claims` prints for the fixture in the plugin's group mode, then its
 // whole-node pod, and checks what each container got.
 func (n *realNode) runTemplates(t *testing.T, fixture string, mode driver.GroupMode, nodes efaNodes) {
-	prefix := modeFlag(mode) + "-"
+	// Per fixture and mode: templates of one fixture do not fit another.
+	prefix := strings.SplitN(filepath.Base(fixture), ".", 2)[0] + "-" + modeFlag(mode) + "-"
 	tms, all := createTemplates(t, n.c, fixture, mode, prefix)
 	var names []string
 	for name := range tms {
