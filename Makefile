@@ -38,7 +38,9 @@ e2e-deps:
 ## API's types decode strictly; on a real kube-apiserver and etcd (built and
 ## started by the tests, on loopback) every fixture's slices pass validation
 ## in every group mode, the chart applies, and its admission policy refuses
-## another node's slices.
+## another node's slices; on a real node (kubelet, containerd, runc, in a
+## mount namespace of its own) the chart's DaemonSet and the plugin run the
+## users' claims into containers that print what they got.
 e2e: e2e-deps
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./...
 

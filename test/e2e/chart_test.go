@@ -138,6 +138,33 @@ func TestChartRenders(t *testing.T) {
 	assert.Contains(t, policy.Spec.MatchConditions[0].Expression, "system:serviceaccount:efakit:efakit-plugin")
 }
 
+// TestChartTestClusterValues: the values for a cluster without EFA or
+// without a pod network that reaches the API server (the real node's).
+func TestChartTestClusterValues(t *testing.T) {
+	for _, o := range render(t, "--set", "sysfsHostPath=/srv/p5", "--set", "hostNetwork=true",
+		"--set", "extraEnv[0].name=KUBERNETES_SERVICE_HOST", "--set", "extraEnv[0].value=10.0.0.1") {
+		ds, ok := o.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		spec := ds.Spec.Template.Spec
+		assert.True(t, spec.HostNetwork)
+		assert.Equal(t, corev1.DNSClusterFirstWithHostNet, spec.DNSPolicy)
+		assert.Contains(t, spec.Containers[0].Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "10.0.0.1"})
+		for _, v := range spec.Volumes {
+			if v.Name == "sys" {
+				assert.Equal(t, "/srv/p5", v.HostPath.Path)
+			}
+		}
+		assert.Contains(t, spec.Containers[0].Args, "--sysfs=/sys", "mounted at /sys whatever the host path")
+	}
+	for _, o := range render(t) {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			assert.False(t, ds.Spec.Template.Spec.HostNetwork, "not by default")
+		}
+	}
+}
+
 func TestChartValues(t *testing.T) {
 	objs := render(t, "--set", "groups=mixed", "--set", "driverName=efa.example.com", "--set", "admissionPolicy.enabled=false")
 	for _, o := range objs {

@@ -133,7 +133,7 @@ affinity:
 	createSeed(t, c, "seed-claims.yaml")
 	got, claims := n.run(t, n.printerPod("via-chart", templateClaim("efa", "single-efa-claim")))
 	require.Len(t, got.Nodes, 1)
-	n.check(t, got, fixtureNodes(t, p5Fixture), podClaims(claims), nil)
+	n.check(t, got, fixtureNodes(t, p5Fixture), claimsOf(claims), nil)
 	n.deletePod(t, "via-chart")
 	logs, err := c.client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,14 +109,8 @@ func (n *realNode) startEFAKit(fixture string, values ...string) {
 	n.procs["efakit-plugin"] = cmd
 	n.pluginHTTP = fmt.Sprintf("http://127.0.0.1:%d", port)
 	// Registered by the real kubelet: its readiness says so.
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(n.pluginHTTP + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 100*time.Millisecond, "efakit-plugin ready (registered with the kubelet); log:\n%s", n.logTail("efakit-plugin", 3000))
+	require.Eventually(t, func() bool { return httpOK(n.pluginHTTP + "/readyz") }, 60*time.Second, 100*time.Millisecond,
+		"efakit-plugin ready (registered with the kubelet); log:\n%s", n.logTail("efakit-plugin", 3000))
 }
 
 // unpack writes a fixture capture out as a directory tree under the

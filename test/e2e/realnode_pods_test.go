@@ -27,10 +27,12 @@ const nodeNS = "realnode"
 
 // printScript is what every test container runs: it prints what it got,
 // the uverbs nodes with their device numbers, its environment and the
-// device metadata files, then waits.
+// device metadata files, and what opening the first node gives (no EFA
+// here: ENXIO), then waits.
 const printScript = `echo '== devices'; ls -ln /dev/infiniband 2>&1
 echo '== env'; env | sort
 echo '== metadata'; find /var/run/kubernetes.io -type f 2>/dev/null | sort | while read f; do echo "# $f"; cat "$f"; echo; done
+echo '== open'; for f in /dev/infiniband/*; do cat "$f" 2>&1 | head -1; break; done
 echo '== end'; exec sleep 100000`
 
 // seen is what a container printed.
@@ -38,6 +40,7 @@ type seen struct {
 	Nodes    []string          // "/dev/infiniband/uverbs3 231:195", sorted
 	Env      map[string]string // its environment
 	Metadata map[string]string // metadata file -> content
+	Open     string            // what opening the first uverbs node gave
 	Raw      string
 }
 
@@ -64,6 +67,8 @@ func parseSeen(out string) seen {
 			if k, v, ok := strings.Cut(line, "="); ok {
 				s.Env[k] = v
 			}
+		case "open":
+			s.Open += line
 		case "metadata":
 			if strings.HasPrefix(line, "# ") {
 				file = strings.TrimPrefix(line, "# ")

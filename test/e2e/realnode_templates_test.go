@@ -52,7 +52,7 @@ func (n *realNode) runTemplates(t *testing.T, fixture string, mode driver.GroupM
 			pod := n.printerPod(prefix+name, templateClaim("c", prefix+name))
 			got, claims := n.run(t, pod)
 			require.NotEmpty(t, got.Nodes)
-			n.check(t, got, nodes, podClaims(claims), nil)
+			n.check(t, got, nodes, claimsOf(claims), nil)
 			n.deletePod(t, pod.Name)
 		})
 	}
@@ -61,7 +61,7 @@ func (n *realNode) runTemplates(t *testing.T, fixture string, mode driver.GroupM
 			pod := n.printerPod(prefix+"all-pod", all.Pod.Spec.ResourceClaims...)
 			got, claims := n.run(t, pod)
 			assert.Len(t, got.Nodes, len(nodes.byAddr), "every EFA of the node")
-			n.check(t, got, nodes, podClaims(claims), nil)
+			n.check(t, got, nodes, claimsOf(claims), nil)
 			n.deletePod(t, pod.Name)
 		})
 	}
@@ -96,7 +96,7 @@ func TestRealNodeTemplates(t *testing.T) {
 							published := n.publishedEFAs(t)
 							for i := range 4 {
 								got, claims := n.run(t, n.printerPod(fmt.Sprintf("neuron-%d", i), templateClaim("c", "aligned-efa-neuron")))
-								cl := podClaims(claims)
+								cl := claimsOf(claims)
 								n.check(t, got, nodes, cl, nil)
 								r := byReq(cl[0])
 								require.Len(t, r["4-efas"], 4)

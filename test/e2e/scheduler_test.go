@@ -262,14 +262,17 @@ func (n *e2eNode) start() {
 	require.NoError(t, err)
 	n.conns = []*grpc.ClientConn{regConn, draConn}
 	n.dra = drapb.NewDRAPluginClient(draConn)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(n.http + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 100*time.Millisecond, "/readyz after registration")
+	require.Eventually(t, func() bool { return httpOK(n.http + "/readyz") }, 30*time.Second, 100*time.Millisecond, "/readyz after registration")
+}
+
+// httpOK tells whether a GET of url answers 200.
+func httpOK(url string) bool {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func modeFlag(m driver.GroupMode) string {
