@@ -380,7 +380,7 @@ func TestRealNodeP5(t *testing.T) {
 		}, 60*time.Second, 200*time.Millisecond)
 		n.deletePod(t, "all-efas-and-gpu")
 	})
-	t.Run("latency", func(t *testing.T) { n.podStartLatency(t, 50) })
+	t.Run("latency", func(t *testing.T) { n.podStartLatency(t, 100) })
 }
 
 // portState is the port state file of the EFA at addr in the plugin's
