@@ -141,5 +141,10 @@ func (p *Plugin) RepairSpecs(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// During a rolling update the other plugin pod may have prepared or
+	// unprepared claims since this one last read the checkpoint: restore
+	// from the checkpoint as it is now, or it would remove the specs of
+	// claims it does not know yet.
+	p.reloadState(ctx)
 	return errors.Join(p.restore(ctx)...)
 }

@@ -378,3 +378,28 @@ func TestPrepareAfterForcedDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestRepairSpecsDuringRollingUpdate: two plugin pods share the node's
+// directories while the kubelet hands the driver over; a spec the old one
+// lost is written again by the new one's repair, which reads the
+// checkpoint as it is now, so it neither misses the claim the old one
+// prepared after the new one started nor removes its spec.
+func TestRepairSpecsDuringRollingUpdate(t *testing.T) {
+	t.Parallel()
+	d := dirs{cdi: t.TempDir(), data: t.TempDir()}
+	root, err := sysfs.OpenCapture(p5)
+	require.NoError(t, err)
+	newPod, w := startPlugin(t, root, d)
+	oldPod, _ := startPlugin(t, root, d)
+	late := claim("late", "1a7e0000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
+	require.NoError(t, prepareOne(t, oldPod, late).Err, "prepared by the old pod after the new one loaded the checkpoint")
+	require.NoError(t, newPod.RepairSpecs(context.Background()))
+	ok, err := w.Exists(string(late.UID))
+	require.NoError(t, err)
+	assert.True(t, ok, "the new pod's repair keeps the old pod's claim")
+	path, err := w.SpecPath(string(late.UID))
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, newPod.RepairSpecs(context.Background()))
+	assert.Equal(t, []string{"/dev/infiniband/uverbs0 231:192"}, specNodesOf(t, w, late.UID), "and writes its lost spec again")
+}
