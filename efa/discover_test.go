@@ -12,6 +12,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/pcie"
 )
 
 // smallSwitch is one p5-style switch: root pci0000:44, root port, switch
@@ -210,4 +211,40 @@ func TestNetdevFallback(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "", res.EFAs[0].Netdev, "ambiguous: no guess")
 	assert.Equal(t, "", res.EFAs[1].Netdev)
+}
+
+// TestDamagedOptionalStaysUnknown: an optional attribute that does not
+// parse is reported, naming the device and the file, and left at its
+// documented unknown value, never the parser's zero: NoNUMA (not node 0),
+// no local CPUs, an empty port state, no rate.
+func TestDamagedOptionalStaysUnknown(t *testing.T) {
+	t.Parallel()
+	port := damaged + "/infiniband/rdmap72s0/ports/1/"
+	for _, tc := range []struct {
+		file, value string
+		check       func(t *testing.T, d *efa.Device)
+	}{
+		{damaged + "/numa_node", "abc", func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
+		{damaged + "/numa_node", "-7", func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
+		{damaged + "/local_cpulist", "0-x", func(t *testing.T, d *efa.Device) { assert.Empty(t, d.PCI.LocalCPUs) }},
+		{port + "state", "ACTIVE", func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].State) }},
+		{port + "phys_state", "5", func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].PhysState) }},
+		{port + "rate", "fast", func(t *testing.T, d *efa.Device) {
+			assert.Empty(t, d.Ports[0].Rate)
+			assert.Zero(t, d.Ports[0].RateGbps)
+		}},
+	} {
+		t.Run(tc.file[len(damaged):]+"="+tc.value, func(t *testing.T) {
+			t.Parallel()
+			b := smallSwitch()
+			b.Attr(tc.file, tc.value)
+			_, res, err := efa.Scan(b.FS())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.file)
+			require.Equal(t, []string{"rdmap71s0", "rdmap72s0"}, names(res.EFAs), "still found")
+			d := res.EFAs[1]
+			require.Len(t, d.Ports, 1)
+			tc.check(t, d)
+		})
+	}
 }

@@ -244,10 +244,27 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 			fail(dir+"/"+f, err)
 		}
 	}
-	read("state", func(s string) (err error) { p.State, err = ParseEnumAttr(s); return })
-	read("phys_state", func(s string) (err error) { p.PhysState, err = ParseEnumAttr(s); return })
+	// A value that does not parse stays unknown (empty, zero), with the
+	// error.
+	enum := func(dst *string) func(string) error {
+		return func(s string) error {
+			v, err := ParseEnumAttr(s)
+			if err == nil {
+				*dst = v
+			}
+			return err
+		}
+	}
+	read("state", enum(&p.State))
+	read("phys_state", enum(&p.PhysState))
 	read("link_layer", func(s string) error { p.LinkLayer = s; return nil })
-	read("rate", func(s string) (err error) { p.Rate = s; p.RateGbps, err = ParseRate(s); return })
+	read("rate", func(s string) error {
+		g, err := ParseRate(s)
+		if err == nil {
+			p.Rate, p.RateGbps = s, g
+		}
+		return err
+	})
 	if s, err := r.ReadString(dir + "/gids/0"); err == nil {
 		p.GID = s
 	} else if !errors.Is(err, fs.ErrNotExist) {

@@ -77,16 +77,22 @@ func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
 		fail := func(f string, err error) {
 			errs = append(errs, fmt.Errorf("neuron%d: %s/%s: %w", n, dir, f, sysfs.Cause(err)))
 		}
+		// A value that does not parse stays unknown (0, nil), with the
+		// error.
 		if s, err := r.ReadString(dir + "/core_count"); err == nil {
-			if d.CoreCount, err = strconv.Atoi(s); err != nil || d.CoreCount < 0 {
+			if c, err := strconv.Atoi(s); err != nil || c < 0 {
 				fail("core_count", fmt.Errorf("%q is not a core count", s))
+			} else {
+				d.CoreCount = c
 			}
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			fail("core_count", err)
 		}
 		if s, err := r.ReadString(dir + "/connected_devices"); err == nil {
-			if d.Connected, err = ParseConnected(s); err != nil {
+			if c, err := ParseConnected(s); err != nil {
 				fail("connected_devices", err)
+			} else {
+				d.Connected = c
 			}
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			fail("connected_devices", err)

@@ -82,3 +82,39 @@ func FuzzParseConnected(f *testing.F) {
 		}
 	})
 }
+
+// TestDamagedStaysUnknown: a core count or connection list that does not
+// parse is reported and left unknown (0, nil), never the parser's partial
+// or negative value.
+func TestDamagedStaysUnknown(t *testing.T) {
+	t.Parallel()
+	d := neuron.ClassDir + "/neuron0/"
+	for _, tc := range []struct{ file, value string }{
+		{"core_count", "-5\n"},
+		{"core_count", "two\n"},
+		{"connected_devices", "1, x, 3\n"},
+	} {
+		t.Run(tc.file+"="+tc.value, func(t *testing.T) {
+			files := map[string]string{"core_count": "2\n", "connected_devices": "1, 3\n"}
+			files[tc.file] = tc.value
+			entries := []sysfs.Entry{{Path: "devices", Kind: sysfs.KindDir}, {Path: "devices/virtual", Kind: sysfs.KindDir},
+				{Path: neuron.ClassDir, Kind: sysfs.KindDir}, {Path: d[:len(d)-1], Kind: sysfs.KindDir}}
+			for f, v := range files {
+				entries = append(entries, sysfs.Entry{Path: d + f, Kind: sysfs.KindFile, Data: []byte(v)})
+			}
+			m, err := sysfs.NewMemFS(entries)
+			require.NoError(t, err)
+			class, err := neuron.ReadClass(sysfs.NewReader(m))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), d+tc.file)
+			require.Len(t, class, 1)
+			if tc.file == "core_count" {
+				assert.Equal(t, 0, class[0].CoreCount, "unknown")
+				assert.Equal(t, []int{1, 3}, class[0].Connected)
+			} else {
+				assert.Nil(t, class[0].Connected, "unknown")
+				assert.Equal(t, 2, class[0].CoreCount)
+			}
+		})
+	}
+}

@@ -256,8 +256,22 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 		}
 	}
 	optional("revision", hexInto(8, func(v uint64) { d.Revision = uint8(v) }))
-	optional("numa_node", func(s string) (err error) { d.NUMANode, err = ParseNUMANode(s); return })
-	optional("local_cpulist", func(s string) (err error) { d.LocalCPUs, err = ParseCPUList(s); return })
+	// A value that does not parse stays unknown (NoNUMA, no CPUs), with
+	// the error: never the parser's zero.
+	optional("numa_node", func(s string) error {
+		n, err := ParseNUMANode(s)
+		if err == nil {
+			d.NUMANode = n
+		}
+		return err
+	})
+	optional("local_cpulist", func(s string) error {
+		c, err := ParseCPUList(s)
+		if err == nil {
+			d.LocalCPUs = c
+		}
+		return err
+	})
 	return d, errs
 }
 
