@@ -23,8 +23,6 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
-	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
 
 const (
@@ -70,11 +68,7 @@ func createSeed(t *testing.T, c *controlPlane, file string) {
 // createTemplates creates `efakit claims`' templates for a fixture and
 // group mode under a name prefix, and returns them by their own name.
 func createTemplates(t *testing.T, c *controlPlane, fixture string, mode driver.GroupMode, prefix string) (map[string]*resourceapi.ResourceClaimTemplate, *driver.AllPod) {
-	root, err := sysfs.Open(fixture)
-	require.NoError(t, err)
-	defer root.Close()
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
+	topo := scanFixture(t, fixture)
 	tms, all := driver.ClaimTemplates(topo, mode, "")
 	out := map[string]*resourceapi.ResourceClaimTemplate{}
 	for _, tm := range tms {

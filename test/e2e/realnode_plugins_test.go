@@ -22,7 +22,6 @@ import (
 
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
 
 // chartPlugin is how the chart runs efakit-plugin: the DaemonSet's
@@ -198,40 +197,15 @@ func accelEnv(device string) string {
 // (none where it has none) and returns the devices it published.
 func (n *realNode) startAccelDriver(fixture string) map[string]resourceapi.Device {
 	t, ctx := n.t, context.Background()
-	root, err := sysfs.Open(fixture)
-	require.NoError(t, err)
-	defer root.Close()
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
-	var devs []resourceapi.Device
-	drv, kind := "gpu.nvidia.com", "gpu.nvidia.com/gpu"
-	for _, g := range topo.Of(topology.KindGPU) {
-		s, _ := topo.StandardAttributes(g)
-		root, bus, typ := s.PCIeRoot, s.PCIBusID, "gpu"
-		devs = append(devs, resourceapi.Device{Name: strings.ToLower(g.Name), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			driver.AttrPCIeRoot: {StringValue: &root}, driver.AttrPCIBusID: {StringValue: &bus}, "type": {StringValue: &typ}}})
-	}
+	topo := scanFixture(t, fixture)
+	drv, kind, devs := driver.GPUDeviceClass, "gpu.nvidia.com/gpu", gpuDevices(topo)
 	if len(devs) == 0 {
-		drv, kind = "neuron.aws.com", "neuron.aws.com/neuron"
-		for _, d := range topo.Of(topology.KindNeuron) {
-			if d.Groups == nil {
-				continue
-			}
-			g := *d.Groups
-			devs = append(devs, resourceapi.Device{Name: fmt.Sprintf("neuron-%d", d.NeuronIndex), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				driver.AttrGroup1: {StringValue: &g.Group1}, driver.AttrGroup4: {StringValue: &g.Group4},
-				driver.AttrGroup8: {StringValue: &g.Group8}, driver.AttrGroup16: {StringValue: &g.Group16}}})
-		}
+		drv, kind, devs = driver.NeuronDeviceClass, "neuron.aws.com/neuron", neuronDevices(topo)
 	}
 	if len(devs) == 0 {
 		return nil
 	}
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: drv},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", drv)}}}}}
-	if drv == "gpu.nvidia.com" { // as the other tests create it
-		class.Spec.Selectors[0].CEL.Expression = `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`
-	}
-	_, err = n.c.client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{})
+	_, err := n.c.client.ResourceV1().DeviceClasses().Create(ctx, accelClass(drv), metav1.CreateOptions{})
 	require.NoError(t, createIgnoreExists(err))
 
 	spec := cdispec.Spec{Version: "0.6.0", Kind: kind}

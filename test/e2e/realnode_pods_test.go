@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/efakit/efakit/driver"
-	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -121,11 +120,7 @@ type efaNodes struct {
 
 func fixtureNodes(t *testing.T, fixture string) efaNodes {
 	t.Helper()
-	root, err := sysfs.Open(fixture)
-	require.NoError(t, err)
-	defer root.Close()
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
+	topo := scanFixture(t, fixture)
 	e := efaNodes{byAddr: map[string]string{}, byRoot: map[string][]string{}}
 	for _, d := range topo.Of(topology.KindEFA) {
 		v := d.EFA.Verbs

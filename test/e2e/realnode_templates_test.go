@@ -12,18 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/driver"
-	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
 
 // publishedCount is how many dra.net devices the plugin publishes for a
 // fixture in a group mode.
 func publishedCount(t *testing.T, fixture string, mode driver.GroupMode) int {
-	root, err := sysfs.Open(fixture)
-	require.NoError(t, err)
-	defer root.Close()
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
+	topo := scanFixture(t, fixture)
 	res, err := driver.PublishedResources(topo, nil, driver.Config{NodeName: "n", Groups: mode})
 	require.NoError(t, err)
 	count := 0

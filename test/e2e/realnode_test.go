@@ -613,13 +613,21 @@ func cleanStaleNodes() {
 	}
 }
 
+// cgroupRoots lists the cgroup name in each cgroup v1 hierarchy and the
+// unified one, where it exists.
+func cgroupRoots(name string) []string {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
+	if _, err := os.Stat("/sys/fs/cgroup/" + name); err == nil {
+		roots = append(roots, "/sys/fs/cgroup/"+name)
+	}
+	return roots
+}
+
 // cgroupPIDs lists the processes in cgroup name and under it, in any
 // hierarchy.
 func cgroupPIDs(name string) []int {
 	seen := map[int]bool{}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
-	roots = append(roots, "/sys/fs/cgroup/"+name)
-	for _, root := range roots {
+	for _, root := range cgroupRoots(name) {
 		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.Name() == "cgroup.procs" {
 				b, _ := os.ReadFile(p)
@@ -643,11 +651,7 @@ func cgroupPIDs(name string) []int {
 // each cgroup v1 hierarchy and the unified one: the kubelet's cgroupfs
 // driver made them on the host's cgroup file system.
 func removeCgroups(name string) {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
-	if _, err := os.Stat("/sys/fs/cgroup/" + name); err == nil {
-		roots = append(roots, "/sys/fs/cgroup/"+name)
-	}
-	for _, root := range roots {
+	for _, root := range cgroupRoots(name) {
 		var dirs []string
 		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

@@ -140,49 +140,25 @@ func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver
 
 	// Classes: efakit's and NVIDIA's; and GPU slices shaped like NVIDIA's
 	// driver's for the same machine.
-	root, err := sysfs.Open(fixture)
-	require.NoError(t, err)
-	n.topo, err = topology.Scan(root)
-	require.NoError(t, err)
-	for _, dc := range append(driver.DeviceClasses("", ""), &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`}}}},
-	}) {
+	n.topo = scanFixture(t, fixture)
+	for _, dc := range append(driver.DeviceClasses("", ""), accelClass(driver.GPUDeviceClass)) {
 		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{})
 		require.NoError(t, createIgnoreExists(err))
 	}
-	var gpus []resourceapi.Device
-	for _, g := range n.topo.Of(topology.KindGPU) {
-		s, _ := n.topo.StandardAttributes(g)
-		root, bus, typ := s.PCIeRoot, s.PCIBusID, "gpu"
-		dev := strings.ToLower(g.Name)
-		n.gpuRoot[dev] = root
-		gpus = append(gpus, resourceapi.Device{Name: dev, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			driver.AttrPCIeRoot: {StringValue: &root}, driver.AttrPCIBusID: {StringValue: &bus}, "type": {StringValue: &typ}}})
+	gpus := gpuDevices(n.topo)
+	for _, d := range gpus {
+		n.gpuRoot[d.Name] = *d.Attributes[driver.AttrPCIeRoot].StringValue
 	}
 	nodeName := name
 	_, err = c.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "gpus-" + name},
-		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: gpus}}, metav1.CreateOptions{})
+		Spec: resourceapi.ResourceSliceSpec{Driver: driver.GPUDeviceClass, NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: gpus}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	// Neuron devices, shaped like the Neuron driver's: their device groups.
-	var neurons []resourceapi.Device
-	for _, d := range n.topo.Of(topology.KindNeuron) {
-		if d.Groups == nil {
-			continue
-		}
-		g := *d.Groups
-		neurons = append(neurons, resourceapi.Device{Name: fmt.Sprintf("neuron-%d", d.NeuronIndex), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			driver.AttrGroup1: {StringValue: &g.Group1}, driver.AttrGroup4: {StringValue: &g.Group4},
-			driver.AttrGroup8: {StringValue: &g.Group8}, driver.AttrGroup16: {StringValue: &g.Group16}}})
-	}
-	if len(neurons) > 0 {
-		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "neuron.aws.com"},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "neuron.aws.com"`}}}}}, metav1.CreateOptions{})
+	if neurons := neuronDevices(n.topo); len(neurons) > 0 {
+		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, accelClass(driver.NeuronDeviceClass), metav1.CreateOptions{})
 		require.NoError(t, createIgnoreExists(err))
 		_, err = c.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "neurons-" + name},
-			Spec: resourceapi.ResourceSliceSpec{Driver: "neuron.aws.com", NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: neurons}}, metav1.CreateOptions{})
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver.NeuronDeviceClass, NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: neurons}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 
@@ -198,6 +174,57 @@ func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver
 	n.start()
 	t.Cleanup(n.stop)
 	return n
+}
+
+// scanFixture is the topology of a fixture, as efakit reads it.
+func scanFixture(t *testing.T, fixture string) *topology.Topology {
+	t.Helper()
+	root, err := sysfs.Open(fixture)
+	require.NoError(t, err)
+	defer root.Close()
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	return topo
+}
+
+// gpuDevices are a topology's GPUs as NVIDIA's DRA driver publishes them:
+// resource.kubernetes.io/pcieRoot and pciBusID, and its type.
+func gpuDevices(topo *topology.Topology) []resourceapi.Device {
+	var out []resourceapi.Device
+	for _, g := range topo.Of(topology.KindGPU) {
+		s, _ := topo.StandardAttributes(g)
+		root, bus, typ := s.PCIeRoot, s.PCIBusID, "gpu"
+		out = append(out, resourceapi.Device{Name: strings.ToLower(g.Name), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			driver.AttrPCIeRoot: {StringValue: &root}, driver.AttrPCIBusID: {StringValue: &bus}, "type": {StringValue: &typ}}})
+	}
+	return out
+}
+
+// neuronDevices are a topology's Neuron devices as the Neuron DRA driver
+// publishes them: their device groups.
+func neuronDevices(topo *topology.Topology) []resourceapi.Device {
+	var out []resourceapi.Device
+	for _, d := range topo.Of(topology.KindNeuron) {
+		if d.Groups == nil {
+			continue
+		}
+		g := *d.Groups
+		out = append(out, resourceapi.Device{Name: fmt.Sprintf("neuron-%d", d.NeuronIndex), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			driver.AttrGroup1: {StringValue: &g.Group1}, driver.AttrGroup4: {StringValue: &g.Group4},
+			driver.AttrGroup8: {StringValue: &g.Group8}, driver.AttrGroup16: {StringValue: &g.Group16}}})
+	}
+	return out
+}
+
+// accelClass is the DeviceClass of an accelerator driver: NVIDIA's selects
+// its GPUs, the Neuron driver's every device it publishes.
+func accelClass(drv string) *resourceapi.DeviceClass {
+	expr := fmt.Sprintf("device.driver == %q", drv)
+	if drv == driver.GPUDeviceClass {
+		expr = `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`
+	}
+	return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: drv},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}}}
 }
 
 var (
@@ -628,7 +655,7 @@ func TestSchedulerGroupModes(t *testing.T) {
 // claimDoc is the YAML document of the users' claims that defines name.
 func claimDoc(t *testing.T, file, name string) string {
 	t.Helper()
-	for _, doc := range strings.Split(readClaimsFile(t, file), "\n---") {
+	for _, doc := range splitDocs(readClaimsFile(t, file)) {
 		if strings.Contains(doc, "name: "+name+"\n") {
 			return doc
 		}
