@@ -12,11 +12,17 @@ all: build test
 ## detector (fuzz seed corpora included), fixture drift, module zip.
 test: lint unit bench-check e2e image-check modzip
 
+## lint: gofmt, go vet and staticcheck (pinned in tools/staticcheck/go.mod,
+## built through the module proxy) on every module of the repository.
+STATICCHECK := bin/staticcheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	cd bench && $(GO) vet ./...
+	$(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
+	$(STATICCHECK) ./...
+	for m in bench tools/image test/e2e; do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Metrics are the plugin's Prometheus metrics, in a registry of their own
@@ -69,7 +70,7 @@ func NewMetrics() *Metrics {
 		Name: "efakit_plugin_standing_aside", Help: "1 while the plugin publishes and prepares nothing, by reason.",
 	}, []string{"reason"})
 	m.Registry.MustRegister(m.Calls, m.Latency, m.Devices, m.Published, m.ScanErrs, m.ScanTime, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

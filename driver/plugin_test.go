@@ -72,8 +72,6 @@ func newTestPlugin(t *testing.T, fsys fs.ReadLinkFS) *driver.Plugin {
 	return p
 }
 
-const efa4f = "devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:09.0/0000:4f:00.0"
-
 func TestRescanPublishesOnlyChanges(t *testing.T) {
 	t.Parallel()
 	s := &swapFS{}

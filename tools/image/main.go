@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +59,7 @@ func build(out, version string) error {
 	if err != nil {
 		return err
 	}
-	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar))
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerTar)), nil })
 	if err != nil {
 		return err
 	}
