@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -89,8 +91,12 @@ func apply(t *testing.T, cfg *rest.Config, objs []runtime.Object) {
 
 // TestChartAppliesAndPolicyHolds applies every object the chart renders to
 // the real API server, then acts as the plugin of node-a with its pod-bound
-// service account token: its own node's slice is allowed, another node's
-// is refused by the admission policy.
+// service account token against the chart's admission policy: it may
+// create, update, delete and delete by collection the slices of its own
+// node and driver (dra.net), and nothing of node-b's dra.net slice or of
+// node-a's slice of another driver (a GPU driver beside efakit): neither
+// create, update, take over (a changed node name or driver), delete, nor
+// delete as an item of a deletecollection.
 func TestChartAppliesAndPolicyHolds(t *testing.T) {
 	c := apiServer(t)
 	ctx := context.Background()
@@ -118,27 +124,168 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 	asPlugin.BearerToken = tr.Status.Token
 	pc, err := kubernetes.NewForConfig(asPlugin)
 	require.NoError(t, err)
+	plugin, admin := pc.ResourceV1().ResourceSlices(), c.client.ResourceV1().ResourceSlices()
 
-	slice := func(node string) *resourceapi.ResourceSlice {
-		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-" + node + "-"},
-			Spec: resourceapi.ResourceSliceSpec{Driver: "dra.net", NodeName: &node,
-				Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}, Devices: []resourceapi.Device{}}}
+	// slice is a slice of driver on node, or of every node where node is "".
+	slice := func(driver, node string) *resourceapi.ResourceSlice {
+		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-" + node + "-"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver,
+				Pool: resourceapi.ResourcePool{Name: "e2e-" + driver + "-" + cmp.Or(node, "all"), ResourceSliceCount: 1}, Devices: []resourceapi.Device{}}}
+		if node == "" {
+			all := true
+			s.Spec.AllNodes = &all
+		} else {
+			s.Spec.NodeName = &node
+		}
+		return s
 	}
 	// The API server picks a new policy up asynchronously: wait until
-	// it refuses another node's slice, then check the plugin's own node
-	// still passes.
+	// it refuses another node's slice.
 	var refused error
 	require.Eventually(t, func() bool {
-		s, err := pc.ResourceV1().ResourceSlices().Create(ctx, slice("node-b"), metav1.CreateOptions{})
+		s, err := plugin.Create(ctx, slice("dra.net", "node-b"), metav1.CreateOptions{})
 		if err == nil {
-			_ = c.client.ResourceV1().ResourceSlices().Delete(ctx, s.Name, metav1.DeleteOptions{})
+			_ = admin.Delete(ctx, s.Name, metav1.DeleteOptions{})
 			return false
 		}
 		refused = err
 		return true
 	}, 30*time.Second, 200*time.Millisecond, "the admission policy must refuse another node's slice")
 	assert.Contains(t, refused.Error(), "may not modify resourceslices on node 'node-b'")
-	own, err := pc.ResourceV1().ResourceSlices().Create(ctx, slice("node-a"), metav1.CreateOptions{})
-	require.NoError(t, err, "the plugin may write its own node's slices")
-	require.NoError(t, pc.ResourceV1().ResourceSlices().Delete(ctx, own.Name, metav1.DeleteOptions{}))
+
+	const (
+		nodeB     = "may not modify resourceslices on node 'node-b'"
+		gpuDriver = "may modify resourceslices of driver 'dra.net' only, not of driver 'gpu.example.com'"
+	)
+	create := func(t *testing.T, s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+		t.Helper()
+		got, err := admin.Create(ctx, s, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = admin.Delete(ctx, got.Name, metav1.DeleteOptions{}) })
+		return got
+	}
+	// denied: the request was refused by the policy, with its message.
+	denied := func(t *testing.T, err error, msg string) {
+		t.Helper()
+		require.Error(t, err, "the policy must refuse it")
+		assert.True(t, apierrors.IsForbidden(err), "%v", err)
+		assert.Contains(t, err.Error(), msg)
+	}
+	// unchanged: the slice is stored as it was.
+	unchanged := func(t *testing.T, s *resourceapi.ResourceSlice) {
+		t.Helper()
+		got, err := admin.Get(ctx, s.Name, metav1.GetOptions{})
+		require.NoError(t, err, "%s still exists", s.Name)
+		assert.Equal(t, s.ResourceVersion, got.ResourceVersion, "%s unchanged", s.Name)
+	}
+
+	t.Run("create", func(t *testing.T) {
+		own, err := plugin.Create(ctx, slice("dra.net", "node-a"), metav1.CreateOptions{})
+		require.NoError(t, err, "the plugin may write its own node's slices")
+		require.NoError(t, admin.Delete(ctx, own.Name, metav1.DeleteOptions{}))
+		for _, tc := range []struct {
+			name, driver, node, msg string
+		}{
+			{"another node's", "dra.net", "node-b", nodeB},
+			{"another driver's on its node", "gpu.example.com", "node-a", gpuDriver},
+			{"every node's", "dra.net", "", "may not modify cluster resourceslices"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s, err := plugin.Create(ctx, slice(tc.driver, tc.node), metav1.CreateOptions{})
+				if err == nil {
+					_ = admin.Delete(ctx, s.Name, metav1.DeleteOptions{})
+				}
+				denied(t, err, tc.msg)
+			})
+		}
+	})
+
+	t.Run("update", func(t *testing.T) {
+		own := create(t, slice("dra.net", "node-a"))
+		own.Spec.Pool.Generation++
+		_, err := plugin.Update(ctx, own, metav1.UpdateOptions{})
+		require.NoError(t, err, "the plugin may update its own node's slices")
+		for _, tc := range []struct {
+			name   string
+			of     *resourceapi.ResourceSlice
+			change func(*resourceapi.ResourceSlice)
+			msg    string // the policy's refusal; "" where the API's validation refuses first
+		}{
+			{"another node's", slice("dra.net", "node-b"), func(s *resourceapi.ResourceSlice) { s.Spec.Pool.Generation++ }, nodeB},
+			{"another driver's on its node", slice("gpu.example.com", "node-a"), func(s *resourceapi.ResourceSlice) { s.Spec.Pool.Generation++ }, gpuDriver},
+			// Node name and driver are immutable: the API's validation,
+			// which runs before validating admission, refuses these
+			// first; the policy would refuse them too.
+			{"its own moved to another node", slice("dra.net", "node-a"), func(s *resourceapi.ResourceSlice) { b := "node-b"; s.Spec.NodeName = &b }, ""},
+			{"its own given to another driver", slice("dra.net", "node-a"), func(s *resourceapi.ResourceSlice) { s.Spec.Driver = "gpu.example.com" }, ""},
+			{"another driver's taken over", slice("gpu.example.com", "node-a"), func(s *resourceapi.ResourceSlice) { s.Spec.Driver = "dra.net" }, ""},
+			{"another node's moved to its node", slice("dra.net", "node-b"), func(s *resourceapi.ResourceSlice) { a := "node-a"; s.Spec.NodeName = &a }, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s := create(t, tc.of)
+				// The plugin reads it (get is granted), changes it and
+				// writes it back.
+				mine, err := plugin.Get(ctx, s.Name, metav1.GetOptions{})
+				require.NoError(t, err)
+				tc.change(mine)
+				_, err = plugin.Update(ctx, mine, metav1.UpdateOptions{})
+				if tc.msg != "" {
+					denied(t, err, tc.msg)
+				} else {
+					require.Error(t, err)
+					assert.True(t, apierrors.IsInvalid(err), "%v", err)
+					assert.Contains(t, err.Error(), "field is immutable")
+				}
+				unchanged(t, s)
+			})
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			of   *resourceapi.ResourceSlice
+			msg  string
+		}{
+			{"another node's", slice("dra.net", "node-b"), nodeB},
+			{"another driver's on its node", slice("gpu.example.com", "node-a"), gpuDriver},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s := create(t, tc.of)
+				denied(t, plugin.Delete(ctx, s.Name, metav1.DeleteOptions{}), tc.msg)
+				unchanged(t, s)
+			})
+		}
+		own := create(t, slice("dra.net", "node-a"))
+		require.NoError(t, plugin.Delete(ctx, own.Name, metav1.DeleteOptions{}), "the plugin may delete its own node's slices")
+	})
+
+	// Each item of a deletecollection is admitted as a DELETE of its own:
+	// the call fails on the first refused item, and the refused items stay.
+	t.Run("deletecollection", func(t *testing.T) {
+		otherNode := create(t, slice("dra.net", "node-b"))
+		otherDriver := create(t, slice("gpu.example.com", "node-a"))
+		for _, tc := range []struct {
+			name, selector, msg string
+			stays               *resourceapi.ResourceSlice
+		}{
+			{"every driver's on its node", "spec.nodeName=node-a", gpuDriver, otherDriver},
+			{"its driver's on every node", "spec.driver=dra.net", nodeB, otherNode},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				create(t, slice("dra.net", "node-a"))
+				err := plugin.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: tc.selector})
+				denied(t, err, tc.msg)
+				unchanged(t, tc.stays)
+			})
+		}
+		create(t, slice("dra.net", "node-a"))
+		require.NoError(t, plugin.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a,spec.driver=dra.net"}),
+			"the plugin may delete its own node's slices of its driver together")
+		left, err := admin.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a,spec.driver=dra.net"})
+		require.NoError(t, err)
+		assert.Empty(t, left.Items)
+		unchanged(t, otherNode)
+		unchanged(t, otherDriver)
+	})
 }

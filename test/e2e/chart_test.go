@@ -96,14 +96,16 @@ func TestChartRenders(t *testing.T) {
 	assert.True(t, *sc.ReadOnlyRootFilesystem)
 	assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
 	assert.Empty(t, sc.Capabilities.Add)
-	mounts := map[string]corev1.VolumeMount{}
-	for _, m := range c.VolumeMounts {
-		mounts[m.MountPath] = m
-	}
-	assert.True(t, mounts["/sys"].ReadOnly, "/sys is read-only")
-	for _, p := range []string{"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"} {
-		assert.Contains(t, mounts, p)
-	}
+	// Every host path the container sees: /sys read-only with what is
+	// mounted under it, and of the kubelet's plugins directory only the
+	// driver's own, at the path the kubelet knows it by.
+	assert.Equal(t, map[string]hostMount{
+		"/sys":                              {host: "/sys", hostType: corev1.HostPathDirectory, readOnly: true, recursive: ptr(corev1.RecursiveReadOnlyEnabled)},
+		"/var/lib/kubelet/plugins/dra.net":  {host: "/var/lib/kubelet/plugins/dra.net", hostType: corev1.HostPathDirectoryOrCreate},
+		"/var/lib/kubelet/plugins_registry": {host: "/var/lib/kubelet/plugins_registry", hostType: corev1.HostPathDirectoryOrCreate},
+		"/var/run/cdi":                      {host: "/var/run/cdi", hostType: corev1.HostPathDirectoryOrCreate},
+	}, hostMounts(t, ds))
+	assert.Contains(t, c.Args, "--kubelet-plugins-directory-path=/var/lib/kubelet/plugins", "the plugin finds its directory in it by the driver name")
 	env := map[string]*corev1.EnvVarSource{}
 	for _, e := range c.Env {
 		env[e.Name] = e.ValueFrom
@@ -165,18 +167,91 @@ func TestChartTestClusterValues(t *testing.T) {
 	}
 }
 
+// hostMount is a container's view of a hostPath volume.
+type hostMount struct {
+	host      string
+	hostType  corev1.HostPathType
+	readOnly  bool
+	recursive *corev1.RecursiveReadOnlyMode
+}
+
+// hostMounts are the DaemonSet container's hostPath mounts by mount path.
+func hostMounts(t *testing.T, ds *appsv1.DaemonSet) map[string]hostMount {
+	t.Helper()
+	vols := map[string]*corev1.HostPathVolumeSource{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v.HostPath
+	}
+	out := map[string]hostMount{}
+	for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+		hp := vols[m.Name]
+		require.NotNil(t, hp, "volume %s is a hostPath", m.Name)
+		require.Nil(t, m.MountPropagation, "%s: recursive read-only needs no propagation", m.MountPath)
+		var typ corev1.HostPathType
+		if hp.Type != nil {
+			typ = *hp.Type
+		}
+		out[m.MountPath] = hostMount{host: hp.Path, hostType: typ, readOnly: m.ReadOnly, recursive: m.RecursiveReadOnly}
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
+
 func TestChartValues(t *testing.T) {
-	objs := render(t, "--set", "groups=mixed", "--set", "driverName=efa.example.com", "--set", "admissionPolicy.enabled=false")
+	objs := render(t, "--set", "groups=mixed", "--set", "driverName=efa.example.com", "--set", "kubelet.pluginsDir=/data/kubelet/plugins/")
+	var policy *admissionv1.ValidatingAdmissionPolicy
 	for _, o := range objs {
 		switch v := o.(type) {
 		case *appsv1.DaemonSet:
 			args := strings.Join(v.Spec.Template.Spec.Containers[0].Args, " ")
 			assert.Contains(t, args, "--groups=mixed")
 			assert.Contains(t, args, "--driver-name=efa.example.com")
+			// The plugin's directory follows the driver name.
+			m := hostMounts(t, v)
+			assert.Equal(t, hostMount{host: "/data/kubelet/plugins/efa.example.com", hostType: corev1.HostPathDirectoryOrCreate},
+				m["/data/kubelet/plugins/efa.example.com"], "%v", m)
+			assert.NotContains(t, m, "/data/kubelet/plugins/")
+			assert.NotContains(t, m, "/var/lib/kubelet/plugins/dra.net")
 		case *resourceapi.DeviceClass:
 			assert.Contains(t, v.Spec.Selectors[0].CEL.Expression, `device.driver == "efa.example.com"`)
 		case *admissionv1.ValidatingAdmissionPolicy:
+			policy = v
+		}
+	}
+	// The policy holds the plugin to the driver name it publishes under.
+	require.NotNil(t, policy)
+	var driver string
+	for _, v := range policy.Spec.Variables {
+		if v.Name == "driverName" {
+			driver = v.Expression
+		}
+	}
+	assert.Equal(t, `"efa.example.com"`, driver)
+
+	for _, o := range render(t, "--set", "admissionPolicy.enabled=false") {
+		if _, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok {
 			t.Error("admission policy rendered though disabled")
 		}
 	}
+}
+
+// TestChartSysfsRecursiveReadOnly: the value that turns recursive
+// read-only /sys off (or to best effort) for runtimes without it, and a
+// misspelt one refused when rendering, not on the node.
+func TestChartSysfsRecursiveReadOnly(t *testing.T) {
+	for _, mode := range []corev1.RecursiveReadOnlyMode{corev1.RecursiveReadOnlyIfPossible, corev1.RecursiveReadOnlyDisabled} {
+		for _, o := range render(t, "--set", "sysfsRecursiveReadOnly="+string(mode)) {
+			if ds, ok := o.(*appsv1.DaemonSet); ok {
+				m := hostMounts(t, ds)["/sys"]
+				assert.True(t, m.readOnly, "/sys stays read-only")
+				assert.Equal(t, &mode, m.recursive)
+			}
+		}
+	}
+	cmd := exec.Command("go", "tool", "helm", "template", "efakit", "../../deployments/helm/efakit", "--kube-version", "1.34.0",
+		"--set", "sysfsRecursiveReadOnly=enabled")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "%s", out)
+	assert.Contains(t, string(out), "sysfsRecursiveReadOnly is enabled: Enabled, IfPossible or Disabled")
 }

@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,8 +62,11 @@ func (n *realNode) importPluginImage() {
 // policy Never), the kubelet's directories are the node's, /sys is an
 // unpacked p5 capture, the pod uses the host's network and is told the API
 // server's loopback address (no kube-proxy runs here, and the pod network
-// reaches nothing outside the pods), and the node is selected by name. A
-// pod then runs with an EFA prepared by the plugin pod.
+// reaches nothing outside the pods), and the node is selected by name. The
+// plugin container's mounts are read from the node (its process's root and
+// mount table): a file system mounted under the host's /sys is read-only in
+// it, and of the kubelet's plugins directory it sees and writes only its
+// driver's own. A pod then runs with an EFA prepared by the plugin pod.
 func TestRealNodeChart(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
@@ -74,6 +80,19 @@ func TestRealNodeChart(t *testing.T) {
 	port, err := freePort()
 	require.NoError(t, err)
 	apiPort := c.url[strings.LastIndex(c.url, ":")+1:]
+	// A file system under /sys, as cgroup, bpf or debugfs are on a node
+	// (a tmpfs in the node's mount namespace), and another driver's
+	// directory beside the plugin's in the kubelet's plugins directory.
+	sysDir := n.unpack(p5Fixture)
+	subMount := filepath.Join(sysDir, "fs", "cgroup")
+	require.NoError(t, os.MkdirAll(subMount, 0o755))
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(n.holder.Process.Pid), "-m", "--",
+		"mount", "-t", "tmpfs", "-o", "mode=0755", "efakit-e2e", subMount).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	pluginsDir := filepath.Join(n.kubelet, "plugins")
+	otherDriver := filepath.Join(pluginsDir, "gpu.example.com")
+	require.NoError(t, os.MkdirAll(otherDriver, 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(otherDriver, "checkpoint.json"), []byte("{}"), 0o600))
 	values := fmt.Sprintf(`image: {repository: %s, tag: e2e, pullPolicy: Never}
 kubelet: {pluginsDir: %s, registrarDir: %s}
 cdiRoot: %s
@@ -89,7 +108,7 @@ affinity:
       nodeSelectorTerms:
       - matchExpressions:
         - {key: kubernetes.io/hostname, operator: In, values: [%s]}
-`, chartImage, filepath.Join(n.kubelet, "plugins"), filepath.Join(n.kubelet, "plugins_registry"), n.cdi, n.unpack(p5Fixture), port, apiPort, n.name)
+`, chartImage, pluginsDir, filepath.Join(n.kubelet, "plugins_registry"), n.cdi, sysDir, port, apiPort, n.name)
 	valuesFile := filepath.Join(n.dir, "values.yaml")
 	require.NoError(t, os.WriteFile(valuesFile, []byte(values), 0o644))
 	var objs []runtime.Object
@@ -123,10 +142,42 @@ affinity:
 		}
 		return false
 	}, 120*time.Second, 200*time.Millisecond, "the chart's plugin pod ready; pod: %+v\nkubelet:\n%s", podStatus(pod), n.logTail("kubelet", 4000))
-	ds, err := c.client.AppsV1().DaemonSets(ns).Get(ctx, ns+"-plugin", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, int32(1), ds.Status.NumberReady)
+	// The DaemonSet controller counts the pod after it turned ready.
+	assert.Eventually(t, func() bool {
+		ds, err := c.client.AppsV1().DaemonSets(ns).Get(ctx, ns+"-plugin", metav1.GetOptions{})
+		return err == nil && ds.Status.NumberReady == 1
+	}, 30*time.Second, 200*time.Millisecond, "the DaemonSet's status: one pod ready")
 	n.waitEFAs(t, 32)
+
+	// The container's view, from the node.
+	require.Len(t, pod.Status.ContainerStatuses, 1)
+	cs := pod.Status.ContainerStatuses[0]
+	pid := n.taskPID(t, strings.TrimPrefix(cs.ContainerID, "containerd://"))
+	root := fmt.Sprintf("/proc/%d/root", pid)
+	mounts := mountTable(t, pid)
+	t.Run("sys-read-only-with-submounts", func(t *testing.T) {
+		for _, p := range []string{"/sys", "/sys/fs/cgroup"} {
+			require.Contains(t, mounts, p, "the plugin's mount table: %v", mounts)
+			assert.Contains(t, strings.Split(mounts[p], ","), "ro", "%s is mounted read-only in the plugin", p)
+			assert.ErrorIs(t, os.WriteFile(root+p+"/efakit-e2e", nil, 0o644), syscall.EROFS, "%s: writing refused", p)
+		}
+		// The kubelet reports what the runtime made of the mount.
+		var rro *corev1.RecursiveReadOnlyMode
+		for _, m := range cs.VolumeMounts {
+			if m.MountPath == "/sys" {
+				rro = m.RecursiveReadOnly
+			}
+		}
+		assert.Equal(t, ptr(corev1.RecursiveReadOnlyEnabled), rro, "the pod's status: /sys recursively read-only")
+	})
+	t.Run("only-the-driver's-plugin-directory", func(t *testing.T) {
+		assert.Contains(t, mounts, filepath.Join(pluginsDir, "dra.net"))
+		assert.NotContains(t, mounts, pluginsDir)
+		_, err := os.Stat(root + otherDriver)
+		assert.ErrorIs(t, err, fs.ErrNotExist, "another driver's directory is not in the plugin's view")
+		assert.ErrorIs(t, os.WriteFile(root+pluginsDir+"/efakit-e2e", nil, 0o644), syscall.EROFS,
+			"nothing in the plugins directory beside the driver's own is writable")
+	})
 
 	// The plugin pod's slices passed the chart's admission policy with the
 	// pod's own token; a pod gets its EFA through it.
@@ -138,6 +189,8 @@ affinity:
 	logs, err := c.client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	require.NoError(t, err)
 	assert.Contains(t, string(logs), `"prepared"`, "the plugin pod prepared the claim")
+	_, err = os.Stat(filepath.Join(pluginsDir, "dra.net", "checkpoint.json"))
+	assert.NoError(t, err, "the checkpoint, in the driver's directory on the host")
 
 	// Uninstalled: the DaemonSet goes, and its pod (which the garbage
 	// collector, not run here, would delete) stops on SIGTERM well within
@@ -151,6 +204,38 @@ affinity:
 		return apierrors.IsNotFound(err)
 	}, 60*time.Second, 200*time.Millisecond, "the plugin pod gone")
 	assert.Less(t, time.Since(start), 20*time.Second, "the plugin stopped on SIGTERM, not at the end of its grace period")
+}
+
+// taskPID is the node's PID of a container's process (containerd's task).
+func (n *realNode) taskPID(t *testing.T, id string) int {
+	out, err := exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "tasks", "ls").CombinedOutput()
+	require.NoError(t, err, "ctr tasks ls: %s", out)
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == id {
+			pid, err := strconv.Atoi(f[1])
+			require.NoError(t, err, "ctr tasks ls: %s", l)
+			return pid
+		}
+	}
+	t.Fatalf("no task %s in ctr tasks ls:\n%s", id, out)
+	return 0
+}
+
+// mountTable is a process's mount table (/proc/PID/mountinfo, as the
+// process reads /proc/self/mountinfo): each mount point, in the process's
+// view, with its mount options (the last mount at a point wins).
+func mountTable(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// ID parent major:minor root mount-point options ...
+		f := strings.Fields(l)
+		require.GreaterOrEqual(t, len(f), 6, "mountinfo line %q", l)
+		out[f[4]] = f[5]
+	}
+	return out
 }
 
 func podStatus(p *corev1.Pod) any {

@@ -70,11 +70,13 @@ func (n *realNode) startEFAKit(fixture string, values ...string) {
 	cp := renderPlugin(n, values...)
 	host := map[string]string{ // the chart's host path -> this node's
 		"/sys":                              n.unpack(fixture),
-		"/var/lib/kubelet/plugins":          filepath.Join(n.kubelet, "plugins"),
+		"/var/lib/kubelet/plugins/dra.net":  filepath.Join(n.kubelet, "plugins", "dra.net"),
 		"/var/lib/kubelet/plugins_registry": filepath.Join(n.kubelet, "plugins_registry"),
 		"/var/run/cdi":                      n.cdi,
 	}
-	inPod := map[string]string{}
+	// The flag names the plugins directory; the chart mounts only the
+	// driver's directory in it.
+	inPod := map[string]string{"/var/lib/kubelet/plugins": filepath.Join(n.kubelet, "plugins")}
 	for h, c := range cp.mounts {
 		to, ok := host[h]
 		require.True(t, ok, "the chart mounts %s from the host: map it to the node", h)

@@ -9,3 +9,14 @@ app.kubernetes.io/name: efakit
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- define "efakit.serviceAccount" -}}{{ include "efakit.name" . }}-plugin{{- end -}}
+{{- /* The plugin's own directory in the kubelet's plugins directory: its
+socket, lock file, checkpoint and device metadata, at the same path in the
+container as on the host (the kubelet dials the socket by its host path). */ -}}
+{{- define "efakit.pluginDataDir" -}}{{ trimSuffix "/" .Values.kubelet.pluginsDir }}/{{ .Values.driverName }}{{- end -}}
+{{- define "efakit.sysfsRecursiveReadOnly" -}}
+{{- $v := .Values.sysfsRecursiveReadOnly -}}
+{{- if not (has $v (list "Enabled" "IfPossible" "Disabled")) -}}
+{{- fail (printf "sysfsRecursiveReadOnly is %v: Enabled, IfPossible or Disabled" $v) -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
