@@ -557,6 +557,40 @@ func TestOtherRDMADevices(t *testing.T) {
 	assert.Contains(t, check(t, rep, doctor.CheckUverbsNodes).Message, fmt.Sprintf("%d of %d RDMA devices openable", len(res.EFAs), len(res.EFAs)+2))
 }
 
+// TestBadRDMANameReported: a uverbs device whose ibdev is no printable
+// name (a newline that would forge a line of the report) is an error that
+// quotes it, and the name is printed nowhere raw.
+func TestBadRDMANameReported(t *testing.T) {
+	t.Parallel()
+	base := withModules(t, "../testdata/sysfs/p6-b200.48xlarge.sysfs")
+	_, res, err := efa.Scan(base)
+	require.NoError(t, err)
+	entries := base.Entries()
+	renamed := false
+	for i, e := range entries {
+		if e.Kind == sysfs.KindFile && strings.HasSuffix(e.Path, "/ibdev") && strings.HasPrefix(string(e.Data), "ibp115s0f0") {
+			entries[i].Data = []byte("ibp115s0f0\npass forged\n")
+			renamed = true
+			break
+		}
+	}
+	require.True(t, renamed, "p6-b200 has an mlx5 uverbs device")
+	root, err := sysfs.NewMemFS(entries)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	s := &scene{t: t, efas: res.EFAs, opts: doctor.Options{
+		Sysfs: root, DevDir: filepath.Join(dir, "dev"), ProcDir: dir, CDIRoot: dir, KubeletDir: dir, MetadataDir: filepath.Join(dir, "metadata"),
+		Place: doctor.InPod, Live: efa.StaticLive{Mode: efa.NetnsShared}, Open: func(string) error { return nil }, Memlock: memlock(unix.RLIM_INFINITY), Environ: []string{},
+	}}
+	s.mknod(span(0, len(res.EFAs))...)
+	rep := s.run()
+	for _, c := range rep.Checks {
+		assert.NotContains(t, c.Message, "\n", c.ID)
+		assert.NotContains(t, c.Fix, "\n", c.ID)
+	}
+	assert.Contains(t, check(t, rep, doctor.CheckUverbsNodes).Message, `"ibp115s0f0\npass forged"`)
+}
+
 func TestKernelAndDevices(t *testing.T) {
 	t.Parallel()
 	t.Run("no EFA", func(t *testing.T) {

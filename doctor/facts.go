@@ -154,6 +154,12 @@ func (f *facts) readVerbs() {
 			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/ibdev: %w", dir, sysfs.Cause(err)))
 			continue
 		}
+		// The name is printed in the report: one that is no printable
+		// word could forge its lines.
+		if err := pcie.CheckName(ibdev); err != nil {
+			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/ibdev: %w", dir, err))
+			continue
+		}
 		dev, err := f.sysfs.ReadString(dir + "/dev")
 		var major, minor uint32
 		if err == nil {

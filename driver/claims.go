@@ -27,7 +27,10 @@ type Template struct {
 	PerNode int
 }
 
-// AllPod is a pod that takes every accelerator and EFA of a node.
+// AllPod is an example pod that takes every accelerator and EFA of a node.
+// Its image is a placeholder: created as it is, the pod would hold every EFA
+// of a node while the image fails to pull, so `efakit claims` prints it only
+// with --example-pods, marked as an example.
 type AllPod struct {
 	Pod     *corev1.Pod
 	Comment string

@@ -157,6 +157,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return err
 	}
+	// The chart's hostPath (DirectoryOrCreate) makes it 0755: the
+	// checkpoint and device metadata are the plugin's and the kubelet's.
+	if err := os.Chmod(dataDir, 0o750); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(o.CDIRoot, 0o755); err != nil {
 		return err
 	}
@@ -165,6 +170,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	defer root.Close()
+	if note := root.Note(); note != "" {
+		logger.Info("sysfs root", "path", o.SysfsRoot, "note", note)
+	}
 	bootID, err := checkpoint.ReadBootID(o.ProcRoot)
 	if err != nil {
 		return err

@@ -7,12 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
 
 // Counters are the hardware counters of an EFA at one moment: the device's
 // (infiniband/<name>/hw_counters) and each port's
-// (infiniband/<name>/ports/<n>/hw_counters), by file name.
+// (infiniband/<name>/ports/<n>/hw_counters), by file name. A counter whose
+// file cannot be read or parsed, or whose name cannot be printed, is not in
+// the map (unknown, never 0) and has an error.
 type Counters struct {
 	Device map[string]uint64
 	Ports  map[int]map[string]uint64
@@ -54,6 +57,10 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 	var errs []error
 	for _, e := range ents {
 		if e.IsDir() {
+			continue
+		}
+		if err := pcie.CheckName(e.Name()); err != nil {
+			errs = append(errs, &Error{Device: dev, File: dir, Err: fmt.Errorf("counter left out: %w", err)})
 			continue
 		}
 		f := dir + "/" + e.Name()

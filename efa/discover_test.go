@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -172,6 +173,13 @@ func TestDamage(t *testing.T) {
 		{"unreadable file", func(b *fakesys.Builder) { b.FileMode(damaged+"/infiniband/rdmap72s0/node_guid", "", 0o200) }, damaged + "/infiniband/rdmap72s0/node_guid", "rdmap72s0", []string{"rdmap71s0", "rdmap72s0"}, nil},
 		{"very large file", func(b *fakesys.Builder) { b.File(damaged+"/uevent", "PCI_CLASS=20000"+strings.Repeat(" ", 1<<20)) }, damaged + "/uevent", "0000:48:00.0", []string{"rdmap71s0"}, nil},
 		{"two RDMA devices", func(b *fakesys.Builder) { b.Dir(damaged + "/infiniband/rdmap72s1") }, damaged + "/infiniband", "0000:48:00.0", []string{"rdmap71s0", "rdmap72s0"}, nil},
+		// Names that would break the error's line are quoted.
+		{"link to a path with a newline", func(b *fakesys.Builder) {
+			b.Dir("devices/pci0000:44/x\ny/0000:48:00.0")
+			b.Link("bus/pci/devices/0000:48:00.0", "devices/pci0000:44/x\ny/0000:48:00.0")
+		}, "bus/pci/devices/0000:48:00.0", "0000:48:00.0", []string{"rdmap71s0"}, pcie.ErrBadName},
+		{"listed name with a newline", func(b *fakesys.Builder) { b.Link("bus/pci/devices/0000:48:00.0\n", damaged) },
+			strconv.Quote("bus/pci/devices/0000:48:00.0\n"), strconv.Quote("0000:48:00.0\n"), []string{"rdmap71s0", "rdmap72s0"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -213,38 +221,136 @@ func TestNetdevFallback(t *testing.T) {
 	assert.Equal(t, "", res.EFAs[1].Netdev)
 }
 
-// TestDamagedOptionalStaysUnknown: an optional attribute that does not
-// parse is reported, naming the device and the file, and left at its
-// documented unknown value, never the parser's zero: NoNUMA (not node 0),
-// no local CPUs, an empty port state, no rate.
+// TestDamagedOptionalStaysUnknown: every optional attribute of the PCI
+// function, the RDMA device, its port and the ENA beside it, damaged in turn
+// (garbage, or text that cannot be printed). Each is reported once, naming
+// the device and the file, and left at its documented unknown value, never
+// the parser's zero or the raw text; everything else is as in the
+// undamaged tree.
 func TestDamagedOptionalStaysUnknown(t *testing.T) {
 	t.Parallel()
-	port := damaged + "/infiniband/rdmap72s0/ports/1/"
+	ib := damaged + "/infiniband/rdmap72s0/"
+	port := ib + "ports/1/"
+	ena := "devices/pci0000:44/0000:44:01.0"
 	for _, tc := range []struct {
-		file, value string
-		check       func(t *testing.T, d *efa.Device)
+		name string
+		// prep is done to both trees (the undamaged one too); damage to
+		// the damaged one only. Without damage, file is set to value.
+		prep, damage func(b *fakesys.Builder)
+		file, value  string
+		// who is the device the error names, with file: the PCI function
+		// by default, the RDMA device for its own files.
+		who   string
+		pci   string                            // the function that may change (0000:48:00.0 by default)
+		check func(t *testing.T, d *efa.Device) // rdmap72s0's damaged field
 	}{
-		{damaged + "/numa_node", "abc", func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
-		{damaged + "/numa_node", "-7", func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
-		{damaged + "/local_cpulist", "0-x", func(t *testing.T, d *efa.Device) { assert.Empty(t, d.PCI.LocalCPUs) }},
-		{port + "state", "ACTIVE", func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].State) }},
-		{port + "phys_state", "5", func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].PhysState) }},
-		{port + "rate", "fast", func(t *testing.T, d *efa.Device) {
-			assert.Empty(t, d.Ports[0].Rate)
-			assert.Zero(t, d.Ports[0].RateGbps)
-		}},
+		// pcie
+		{name: "numa_node", file: damaged + "/numa_node", value: "abc",
+			check: func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
+		{name: "numa_node negative", file: damaged + "/numa_node", value: "-7",
+			check: func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
+		{name: "local_cpulist", file: damaged + "/local_cpulist", value: "0-x",
+			check: func(t *testing.T, d *efa.Device) { assert.Nil(t, d.PCI.LocalCPUs) }},
+		{name: "revision", file: damaged + "/revision", value: "0xzz",
+			check: func(t *testing.T, d *efa.Device) { assert.Zero(t, d.PCI.Revision) }},
+		{name: "subsystem_vendor", prep: noUevent, file: damaged + "/subsystem_vendor", value: "0x1d0fz",
+			check: func(t *testing.T, d *efa.Device) { assert.Zero(t, d.PCI.SubsystemVendor) }},
+		{name: "subsystem_device", prep: noUevent, file: damaged + "/subsystem_device", value: "0x1efa1",
+			check: func(t *testing.T, d *efa.Device) { assert.Zero(t, d.PCI.SubsystemDevice) }},
+		{name: "driver link to a name with a newline", prep: noUevent, damage: func(b *fakesys.Builder) {
+			b.Dir("bus/pci/drivers/efa\nmlx5_core")
+			b.Link(damaged+"/driver", "bus/pci/drivers/efa\nmlx5_core")
+		}, file: damaged + "/driver",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.PCI.Driver) }},
+		// efa: the RDMA device
+		{name: "node_guid", file: ib + "node_guid", value: "cd77:f833:0000:zz02",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.NodeGUID) }},
+		{name: "sys_image_guid", file: ib + "sys_image_guid", value: "zz",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.SysImageGUID) }},
+		{name: "fw_ver", file: ib + "fw_ver", value: "1.0\x1b[2J",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.FirmwareVer) }},
+		{name: "p2p", file: damaged + "/p2p", value: "NV\x7fIDIA",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.P2P) }},
+		// efa: the port
+		{name: "state", file: port + "state", value: "ACTIVE",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].State) }},
+		{name: "state with an escape", file: port + "state", value: "4: ACT\x1bIVE",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].State) }},
+		{name: "phys_state", file: port + "phys_state", value: "5",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].PhysState) }},
+		{name: "rate", file: port + "rate", value: "fast", check: noRate},
+		{name: "rate with a tab", file: port + "rate", value: "100 Gb/sec (4X\tEDR)", check: noRate},
+		{name: "link_layer", file: port + "link_layer", value: "Unk\nnown",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].LinkLayer) }},
+		{name: "gid", file: port + "gids/0", value: "fe80::1",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Ports[0].GID) }},
+		// efa: the ENA beside it, paired by its MAC until that is damaged
+		{name: "ENA address", prep: enaOf72, file: ena + "/net/ens32/address", value: "02:00:00:00:00:0g",
+			who: "efa 0000:44:01.0", pci: "0000:44:01.0",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Netdev) }},
+		{name: "ENA address unreadable", prep: enaOf72, damage: func(b *fakesys.Builder) {
+			b.FileMode(ena+"/net/ens32/address", "02:00:00:00:00:02\n", 0o200)
+		}, file: ena + "/net/ens32/address", who: "efa 0000:44:01.0", pci: "0000:44:01.0",
+			check: func(t *testing.T, d *efa.Device) { assert.Empty(t, d.Netdev) }},
 	} {
-		t.Run(tc.file[len(damaged):]+"="+tc.value, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := smallSwitch()
-			b.Attr(tc.file, tc.value)
-			_, res, err := efa.Scan(b.FS())
+			clean, b := smallSwitch(), smallSwitch()
+			if tc.prep != nil {
+				tc.prep(clean)
+				tc.prep(b)
+			}
+			if tc.damage != nil {
+				tc.damage(b)
+			} else {
+				b.Attr(tc.file, tc.value)
+			}
+			if tc.pci == "" {
+				tc.pci = "0000:48:00.0"
+			}
+			if tc.who == "" {
+				tc.who = "pci 0000:48:00.0"
+				if strings.Contains(tc.file, "/infiniband/") || strings.HasSuffix(tc.file, "/p2p") {
+					tc.who = "efa rdmap72s0"
+				}
+			}
+			ctree, cres, err := efa.Scan(clean.FS())
+			require.NoError(t, err)
+			tree, res, err := efa.Scan(b.FS())
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), tc.file)
+			assert.Contains(t, err.Error(), tc.who+": "+tc.file+": ")
+			assert.Len(t, strings.Split(err.Error(), "\n"), 1, "one error: %s", err)
 			require.Equal(t, []string{"rdmap71s0", "rdmap72s0"}, names(res.EFAs), "still found")
 			d := res.EFAs[1]
 			require.Len(t, d.Ports, 1)
 			tc.check(t, d)
+			// The other functions and EFAs are as without the damage.
+			want, got := makeGolden(ctree, cres), makeGolden(tree, res)
+			require.Len(t, got.PCI, len(want.PCI))
+			for i := range want.PCI {
+				if want.PCI[i].Address != tc.pci {
+					assert.Equal(t, want.PCI[i], got.PCI[i])
+				}
+			}
+			for i := range want.EFAs {
+				if want.EFAs[i].Name != "rdmap72s0" {
+					assert.Equal(t, want.EFAs[i], got.EFAs[i])
+				}
+			}
 		})
 	}
+}
+
+// noUevent removes the damaged function's uevent, so that its IDs and
+// driver come from the attribute files and the driver link.
+func noUevent(b *fakesys.Builder) { b.Remove(damaged + "/uevent") }
+
+// enaOf72 gives the ENA the MAC whose EUI-64 is rdmap72s0's GID.
+func enaOf72(b *fakesys.Builder) {
+	b.Attr("devices/pci0000:44/0000:44:01.0/net/ens32/address", "02:00:00:00:00:02")
+}
+
+func noRate(t *testing.T, d *efa.Device) {
+	assert.Empty(t, d.Ports[0].Rate)
+	assert.Zero(t, d.Ports[0].RateGbps)
 }

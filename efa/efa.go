@@ -53,23 +53,30 @@ type Device struct {
 	PCI        *pcie.Device
 	Generation Generation
 	// IBPath is the RDMA device's real directory, PCI.Path/infiniband/Name.
-	IBPath       string
+	IBPath string
+	// NodeGUID, SysImageGUID and FirmwareVer are "" when their file is
+	// missing or damaged (not a GUID, not printable text).
 	NodeGUID     string // infiniband/<name>/node_guid
 	SysImageGUID string // infiniband/<name>/sys_image_guid
 	FirmwareVer  string // infiniband/<name>/fw_ver; often empty for EFA
 	Ports        []Port
 	// Verbs is the uverbs character device; nil when the kernel made none
-	// (ib_uverbs not loaded), which is also reported as an error.
+	// (ib_uverbs not loaded), which is also reported as an error. Its
+	// methods are safe on nil: DevicePath gives "", Dev 0.
 	Verbs *Verbs
 	// Netdev is the ENA network interface beside the EFA, "" for an
-	// EFA-only interface.
+	// EFA-only interface or when none can be told (an ENA whose name
+	// cannot be printed is never one).
 	Netdev string
 	// P2P is the out-of-tree driver's peer-to-peer readiness
-	// (PCI.Path/p2p: "NVIDIA", "NEURON"...); "" where the file is absent.
+	// (PCI.Path/p2p: "NVIDIA", "NEURON"...); "" where the file is absent
+	// or damaged.
 	P2P string
 }
 
 // Port is one port of an RDMA device, from infiniband/<name>/ports/<n>/.
+// A file that is missing or does not parse leaves its field unknown: "",
+// and 0 for RateGbps.
 type Port struct {
 	Number    int
 	State     string  // state, "ACTIVE" from "4: ACTIVE"
@@ -77,7 +84,7 @@ type Port struct {
 	LinkLayer string  // link_layer, "Unknown" for EFA
 	Rate      string  // rate, as printed: "100 Gb/sec (4X EDR)"
 	RateGbps  float64 // the number in rate
-	GID       string  // gids/0
+	GID       string  // gids/0, "fe80:0000:0000:0000:14b0:33ff:fef8:77cd"; "" when none
 }
 
 // Verbs is an RDMA device's uverbs character device, from
@@ -88,11 +95,24 @@ type Verbs struct {
 	Minor uint32
 }
 
-// DevicePath is the character device's node, /dev/infiniband/uverbsN.
-func (v *Verbs) DevicePath() string { return "/dev/infiniband/" + v.Name }
+// DevicePath is the character device's node, /dev/infiniband/uverbsN; ""
+// without a uverbs device (v nil), so that a caller can print the path of
+// every EFA without a check.
+func (v *Verbs) DevicePath() string {
+	if v == nil {
+		return ""
+	}
+	return "/dev/infiniband/" + v.Name
+}
 
-// Dev is the device number, as in stat's st_rdev.
-func (v *Verbs) Dev() uint64 { return unix.Mkdev(v.Major, v.Minor) }
+// Dev is the device number, as in stat's st_rdev; 0 without a uverbs device
+// (v nil): 0:0 is no device's number, the st_rdev of a file that is none.
+func (v *Verbs) Dev() uint64 {
+	if v == nil {
+		return 0
+	}
+	return unix.Mkdev(v.Major, v.Minor)
+}
 
 // Error is the error for one device: which one, and which file.
 type Error struct {
@@ -101,7 +121,11 @@ type Error struct {
 	Err    error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("efa %s: %s: %v", e.Device, e.File, e.Err) }
+// Error prints the device, file and cause, each quoted when it holds what
+// would break the line (a damaged tree's names).
+func (e *Error) Error() string {
+	return fmt.Sprintf("efa %s: %s: %s", pcie.Printable(e.Device), pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // IsEFA reports whether a PCI function is an EFA by its IDs or driver. It
@@ -161,6 +185,12 @@ func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
 				continue
 			}
 		}
+		// A name that cannot be printed would forge rows of `efakit list`
+		// and be published: the device is left out.
+		if err := pcie.CheckName(ents[0].Name()); err != nil {
+			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("RDMA device left out: %w", err)})
+			continue
+		}
 		dev, derrs := readDevice(r, d, ents[0].Name())
 		errs = append(errs, derrs...)
 		if dev != nil {
@@ -178,23 +208,22 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []erro
 	fail := func(file string, err error) {
 		errs = append(errs, &Error{Device: name, File: file, Err: sysfs.Cause(err)})
 	}
-	// node_guid, sys_image_guid and fw_ver exist for every RDMA device.
+	// node_guid, sys_image_guid and fw_ver exist for every RDMA device. A
+	// value that does not check stays unknown (""), with the error.
 	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"node_guid", &d.NodeGUID}, {"sys_image_guid", &d.SysImageGUID}, {"fw_ver", &d.FirmwareVer}} {
+		name  string
+		dst   *string
+		check func(string) error
+	}{{"node_guid", &d.NodeGUID, checkGUID}, {"sys_image_guid", &d.SysImageGUID, checkGUID}, {"fw_ver", &d.FirmwareVer, pcie.CheckText}} {
 		s, err := r.ReadString(ib + "/" + f.name)
+		if err == nil {
+			err = f.check(s)
+		}
 		if err != nil {
 			fail(ib+"/"+f.name, err)
 			continue
 		}
 		*f.dst = s
-	}
-	if d.NodeGUID != "" {
-		if err := checkGUID(d.NodeGUID); err != nil {
-			fail(ib+"/node_guid", err)
-			d.NodeGUID = ""
-		}
 	}
 
 	ports, err := r.ReadDir(ib + "/ports")
@@ -216,9 +245,16 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []erro
 	}
 	d.Verbs = v
 
-	if s, err := r.ReadString(pci.Path + "/p2p"); err == nil {
-		d.P2P = s
-	} else if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, sysfs.ErrDanglingLink) {
+	switch s, err := r.ReadString(pci.Path + "/p2p"); {
+	case err == nil:
+		if err := pcie.CheckText(s); err != nil {
+			fail(pci.Path+"/p2p", err)
+		} else {
+			d.P2P = s
+		}
+	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
+		// the in-tree driver has no p2p file
+	default:
 		fail(pci.Path+"/p2p", err)
 	}
 	return d, errs
@@ -257,7 +293,13 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 	}
 	read("state", enum(&p.State))
 	read("phys_state", enum(&p.PhysState))
-	read("link_layer", func(s string) error { p.LinkLayer = s; return nil })
+	read("link_layer", func(s string) error {
+		err := pcie.CheckName(s)
+		if err == nil {
+			p.LinkLayer = s
+		}
+		return err
+	})
 	read("rate", func(s string) error {
 		g, err := ParseRate(s)
 		if err == nil {
@@ -265,25 +307,47 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 		}
 		return err
 	})
-	if s, err := r.ReadString(dir + "/gids/0"); err == nil {
-		p.GID = s
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	switch s, err := r.ReadString(dir + "/gids/0"); {
+	case err == nil && s == "":
+		// no GID set
+	case err == nil:
+		if err := checkGID(s); err != nil {
+			fail(dir+"/gids/0", err)
+		} else {
+			p.GID = s
+		}
+	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
+	default:
 		fail(dir+"/gids/0", err)
 	}
 	return p, errs
 }
 
 // findVerbs finds the uverbs device of the RDMA device name among the
-// function's infiniband_verbs children.
+// function's infiniband_verbs children. It returns the device it found with
+// the errors of entries it left out (names that are not uverbs<N>), or nil
+// and why.
 func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 	dir := pci.Path + "/infiniband_verbs"
 	ents, err := r.ReadDir(dir)
 	if err != nil {
 		return nil, &Error{Device: name, File: dir, Err: sysfs.Cause(err)}
 	}
-	var errs []error
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), "uverbs") {
+	// The kernel names them uverbs<N>; the name makes the device node's
+	// path, which a container is given. Other names are left out, and
+	// reported when they look like one or cannot be printed.
+	var bad []error
+	ok := make([]bool, len(ents))
+	for i, e := range ents {
+		err := checkUverbsName(e.Name())
+		ok[i] = err == nil
+		if err != nil && (strings.HasPrefix(e.Name(), "uverbs") || pcie.CheckName(e.Name()) != nil) {
+			bad = append(bad, &Error{Device: name, File: dir, Err: fmt.Errorf("uverbs device left out: %w", err)})
+		}
+	}
+	errs := bad
+	for i, e := range ents {
+		if !ok[i] {
 			continue
 		}
 		vd := dir + "/" + e.Name()
@@ -301,10 +365,10 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 			v.Major, v.Minor, err = ParseDevNumber(s)
 			if err == nil {
 				v.Name = e.Name()
-				return &v, nil
+				return &v, errors.Join(bad...)
 			}
 		}
-		return nil, &Error{Device: name, File: vd + "/dev", Err: sysfs.Cause(err)}
+		return nil, errors.Join(append(bad, &Error{Device: name, File: vd + "/dev", Err: sysfs.Cause(err)})...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -327,8 +391,21 @@ func enaNetdevs(r *sysfs.Reader, tree *pcie.Tree, errs *[]error) []netdev {
 			continue
 		}
 		for _, e := range ents {
+			if err := pcie.CheckName(e.Name()); err != nil {
+				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: fmt.Errorf("network interface left out: %w", err)})
+				continue
+			}
+			// A MAC that cannot be read or parsed stays unknown: the
+			// interface pairs by its segment only.
 			nd := netdev{name: e.Name(), pci: d}
-			if mac, err := r.ReadString(d.Path + "/net/" + e.Name() + "/address"); err == nil {
+			f := d.Path + "/net/" + e.Name() + "/address"
+			mac, err := r.ReadString(f)
+			if err == nil {
+				_, err = parseMAC(mac)
+			}
+			if err != nil {
+				*errs = append(*errs, &Error{Device: d.Address.String(), File: f, Err: sysfs.Cause(err)})
+			} else {
 				nd.mac = mac
 			}
 			out = append(out, nd)
@@ -349,11 +426,25 @@ type netdev struct {
 // a match takes the ENA of its segment (same upstream bridge, or same root
 // bus) only when that segment has exactly one ENA and one EFA left
 // unmatched; otherwise it is an EFA-only interface.
+//
+// Each EFA costs a lookup, not a pass over every ENA and EFA: machines
+// with thousands of EFAs stay linear.
 func pairNetdevs(efas []*Device, enas []netdev) {
+	gids := make(map[string]int, len(enas)) // the first ENA with each GID
+	for i, n := range enas {
+		if n.mac == "" {
+			continue
+		}
+		if g := eui64GID(n.mac); g != "" {
+			if _, ok := gids[g]; !ok {
+				gids[g] = i
+			}
+		}
+	}
 	used := make(map[int]bool)
 	var rest []*Device
 	for _, d := range efas {
-		i := gidMatch(d, enas)
+		i := gidMatch(d, gids)
 		if i >= 0 && !used[i] {
 			used[i] = true
 			d.Netdev = enas[i].name
@@ -361,79 +452,76 @@ func pairNetdevs(efas []*Device, enas []netdev) {
 		}
 		rest = append(rest, d)
 	}
+	cands := map[segment][]int{} // unmatched ENAs by segment
+	for i, n := range enas {
+		if !used[i] {
+			cands[segmentOf(n.pci)] = append(cands[segmentOf(n.pci)], i)
+		}
+	}
+	peers := map[segment]int{} // unmatched EFAs by segment
 	for _, d := range rest {
-		var cand []int
-		for i, n := range enas {
-			if !used[i] && sameSegment(n.pci, d.PCI) {
-				cand = append(cand, i)
-			}
-		}
-		peers := 0
-		for _, o := range rest {
-			if sameSegment(o.PCI, d.PCI) {
-				peers++
-			}
-		}
-		if len(cand) == 1 && peers == 1 {
-			d.Netdev = enas[cand[0]].name
+		peers[segmentOf(d.PCI)]++
+	}
+	for _, d := range rest {
+		s := segmentOf(d.PCI)
+		if c := cands[s]; len(c) == 1 && peers[s] == 1 {
+			d.Netdev = enas[c[0]].name
 		}
 	}
 }
 
-func gidMatch(d *Device, enas []netdev) int {
+func gidMatch(d *Device, gids map[string]int) int {
 	for _, p := range d.Ports {
 		if p.GID == "" {
 			continue
 		}
-		for i, n := range enas {
-			if n.mac != "" && eui64GID(n.mac) == strings.ToLower(p.GID) {
-				return i
-			}
+		if i, ok := gids[strings.ToLower(p.GID)]; ok {
+			return i
 		}
 	}
 	return -1
 }
 
-func sameSegment(a, b *pcie.Device) bool {
-	if a.Parent != nil || b.Parent != nil {
-		return a.Parent == b.Parent
+// segment is a function's upstream bridge, or its root bus when it has
+// none: functions of one segment share it.
+type segment struct {
+	parent *pcie.Device
+	root   string
+	bus    uint8
+}
+
+func segmentOf(d *pcie.Device) segment {
+	if d.Parent != nil {
+		return segment{parent: d.Parent}
 	}
-	return a.Root == b.Root && a.Address.Bus == b.Address.Bus
+	return segment{root: d.Root, bus: d.Address.Bus}
 }
 
 // eui64GID returns the link-local GID fe80::/64 that EUI-64 makes from a
 // MAC address, in sysfs's format, or "" for a malformed MAC.
 func eui64GID(mac string) string {
-	var b [6]byte
-	parts := strings.Split(mac, ":")
-	if len(parts) != 6 {
+	b, err := parseMAC(mac)
+	if err != nil {
 		return ""
-	}
-	for i, p := range parts {
-		v, err := strconv.ParseUint(p, 16, 8)
-		if err != nil || len(p) != 2 {
-			return ""
-		}
-		b[i] = byte(v)
 	}
 	return fmt.Sprintf("fe80:0000:0000:0000:%02x%02x:%02xff:fe%02x:%02x%02x", b[0]^2, b[1], b[2], b[3], b[4], b[5])
 }
 
 // ParseEnumAttr parses the "4: ACTIVE" form of port state files into the
-// name.
+// name, which must be printable ("7: Phy Test" has a space).
 func ParseEnumAttr(s string) (string, error) {
 	num, name, ok := strings.Cut(s, ": ")
-	if !ok || name == "" || num == "" || strings.TrimLeft(num, "0123456789") != "" {
+	if !ok || name == "" || num == "" || strings.TrimLeft(num, "0123456789") != "" || pcie.CheckText(name) != nil {
 		return "", fmt.Errorf("%q is not \"<number>: <NAME>\"", clip(s))
 	}
 	return name, nil
 }
 
 // ParseRate parses a port rate, "100 Gb/sec (4X EDR)" or "2.5 Gb/sec", into
-// Gb/s.
+// Gb/s. The whole text must be printable: it is kept as Port.Rate.
 func ParseRate(s string) (float64, error) {
 	num, rest, ok := strings.Cut(s, " ")
-	if !ok || !strings.HasPrefix(rest, "Gb/sec") {
+	if !ok || !strings.HasPrefix(rest, "Gb/sec") || pcie.CheckText(s) != nil {
 		return 0, fmt.Errorf("%q is not \"<number> Gb/sec ...\"", clip(s))
 	}
 	v, err := strconv.ParseFloat(num, 64)
@@ -460,15 +548,58 @@ func ParseDevNumber(s string) (major, minor uint32, err error) {
 // checkGUID checks the "cd77:f833:0000:1001" form: four groups of four hex
 // digits.
 func checkGUID(s string) error {
+	if !hexGroups(s, 4, 4) {
+		return fmt.Errorf("%q is not a GUID (xxxx:xxxx:xxxx:xxxx)", clip(s))
+	}
+	return nil
+}
+
+// checkGID checks the form sysfs prints a GID in,
+// "fe80:0000:0000:0000:14b0:33ff:fef8:77cd": eight groups of four hex
+// digits.
+func checkGID(s string) error {
+	if !hexGroups(s, 8, 4) {
+		return fmt.Errorf("%q is not a GID (eight groups of four hex digits)", clip(s))
+	}
+	return nil
+}
+
+// parseMAC parses a MAC address as sysfs prints it, "16:b0:33:f8:77:cd".
+func parseMAC(s string) ([6]byte, error) {
+	var b [6]byte
+	if !hexGroups(s, 6, 2) {
+		return b, fmt.Errorf("%q is not a MAC address (xx:xx:xx:xx:xx:xx)", clip(s))
+	}
+	for i := range b {
+		v, _ := strconv.ParseUint(s[3*i:3*i+2], 16, 8)
+		b[i] = byte(v)
+	}
+	return b, nil
+}
+
+// hexGroups reports whether s is n groups of width hex digits joined by
+// ':'.
+func hexGroups(s string, n, width int) bool {
 	parts := strings.Split(s, ":")
-	ok := len(parts) == 4
+	if len(parts) != n {
+		return false
+	}
 	for _, p := range parts {
-		if len(p) != 4 || strings.Trim(p, "0123456789abcdefABCDEF") != "" {
-			ok = false
+		if len(p) != width || strings.Trim(p, "0123456789abcdefABCDEF") != "" {
+			return false
 		}
 	}
-	if !ok {
-		return fmt.Errorf("%q is not a GUID (xxxx:xxxx:xxxx:xxxx)", clip(s))
+	return true
+}
+
+// checkUverbsName checks the kernel's name of a uverbs device, uverbs<N>.
+func checkUverbsName(s string) error {
+	n, ok := strings.CutPrefix(s, "uverbs")
+	if !ok || n == "" || len(n) > 7 || strings.TrimLeft(n, "0123456789") != "" {
+		if err := pcie.CheckName(s); err != nil {
+			return err
+		}
+		return fmt.Errorf("%q is not uverbs<N>", clip(s))
 	}
 	return nil
 }
@@ -512,8 +643,13 @@ func ReadCurrent(r *sysfs.Reader, addr pcie.Address) (Current, error) {
 		return Current{}, &Error{Device: addr.String(), File: ib, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))}
 	}
 	name := ents[0].Name()
+	if err := pcie.CheckName(name); err != nil {
+		return Current{}, &Error{Device: addr.String(), File: ib, Err: fmt.Errorf("RDMA device left out: %w", err)}
+	}
+	// Entries left out beside the device found were reported by the
+	// discovery; they do not stop a prepare.
 	v, err := findVerbs(r, &pcie.Device{Address: addr, Path: dir}, name)
-	if err != nil {
+	if v == nil {
 		return Current{}, err
 	}
 	return Current{RDMAName: name, Verbs: *v}, nil

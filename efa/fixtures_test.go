@@ -249,29 +249,6 @@ func TestHardwareFacts(t *testing.T) {
 	})
 }
 
-// TestNoFileReadTwice proves that one discovery opens each file and
-// directory once, and reads each link once.
-func TestNoFileReadTwice(t *testing.T) {
-	t.Parallel()
-	for name, path := range fixtures(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			c := testfixture.NewCountFS(open(t, path))
-			_, res, err := efa.Scan(c)
-			require.NoError(t, err)
-			opens := 0
-			calls := c.Calls()
-			for k, n := range calls {
-				assert.Equal(t, 1, n, "%s asked %d times", k, n)
-				if strings.HasPrefix(k, "open ") {
-					opens++
-				}
-			}
-			t.Logf("%d EFAs, %d opens, %d questions", len(res.EFAs), opens, len(calls))
-		})
-	}
-}
-
 // TestDirAndCaptureAgree runs every fixture both from memory and unpacked on
 // disk (through openat2): the same code, the same answers.
 func TestDirAndCaptureAgree(t *testing.T) {

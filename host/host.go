@@ -24,22 +24,62 @@ const NodeDir = "devices/system/node"
 // Info is what the host says of itself.
 type Info struct {
 	// InstanceType is the DMI product name ("p5.48xlarge"); "" when the
-	// file is absent (not EC2, or a container without DMI).
+	// file is absent (not EC2, or a container without DMI) or damaged
+	// (not printable text).
 	InstanceType string
 	// NUMANodes are the nodes of devices/system/node, by ID; empty on a
 	// kernel without NUMA.
 	NUMANodes []NUMANode
 }
 
-// NUMANode is devices/system/node/node<ID>.
+// NUMANode is devices/system/node/node<ID>. A file that is missing or does
+// not parse leaves its field unknown, with an error.
 type NUMANode struct {
 	ID        int
-	CPUs      pcie.CPUList // cpulist
-	Distances []int        // distance: the SLIT row, indexed by node ID
+	CPUs      pcie.CPUList // cpulist; nil when unknown
+	Distances []int        // distance: the SLIT row, indexed by node ID; nil when unknown
 	// Socket is physical_package_id of the node's first CPU
 	// (devices/system/cpu/cpu<N>/topology/physical_package_id), -1 when
-	// unknown.
+	// unknown (also when the node's CPUs are).
 	Socket int
+}
+
+// Error is the error for one NUMA node, or for the host: which one, and
+// which file.
+type Error struct {
+	Node int    // the NUMA node's ID; -1 for the host (DMI, the node list)
+	File string // root-relative path
+	Err  error
+}
+
+// Error prints the node, file and cause, each quoted when it holds what
+// would break the line.
+func (e *Error) Error() string {
+	if e.Node < 0 {
+		return fmt.Sprintf("host: %s: %s", pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+	}
+	return fmt.Sprintf("host: node %d: %s: %s", e.Node, pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// maxNodes bounds a node ID: the kernel's MAX_NUMNODES is at most 1024
+// (NODES_SHIFT 10).
+const maxNodes = 1024
+
+// parseNodeID parses the ID of a node directory's name, node<ID>: decimal,
+// no sign or leading zero, below maxNodes. ok is false for a name that is
+// not node<digits> (online, possible, has_cpu...).
+func parseNodeID(name string) (id int, ok bool, err error) {
+	idText, isNode := strings.CutPrefix(name, "node")
+	if !isNode || idText == "" || strings.TrimLeft(idText, "0123456789") != "" {
+		return 0, false, nil
+	}
+	id, aerr := strconv.Atoi(idText)
+	if aerr != nil || id >= maxNodes || idText[0] == '0' && idText != "0" {
+		return 0, false, fmt.Errorf("%q is not node<ID> with an ID of 0-%d", clip(name), maxNodes-1)
+	}
+	return id, true, nil
 }
 
 // Node returns the node with the given ID, or nil.
@@ -70,55 +110,93 @@ func Read(r *sysfs.Reader) (*Info, error) {
 	var errs []error
 	switch s, err := r.ReadString(ProductNameFile); {
 	case err == nil:
-		info.InstanceType = s
+		// Printed by `efakit topo` and matched against the Neuron tables:
+		// text that cannot be printed stays unknown.
+		if err := pcie.CheckText(s); err != nil {
+			errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: err})
+		} else {
+			info.InstanceType = s
+		}
 	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 	default:
-		errs = append(errs, fmt.Errorf("host: %s: %w", ProductNameFile, sysfs.Cause(err)))
+		errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: sysfs.Cause(err)})
 	}
 
 	ents, err := r.ReadDir(NodeDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("host: %s: %w", NodeDir, sysfs.Cause(err)))
+			errs = append(errs, &Error{Node: -1, File: NodeDir, Err: sysfs.Cause(err)})
 		}
 		return info, errors.Join(errs...)
 	}
 	for _, e := range ents {
-		idText, ok := strings.CutPrefix(e.Name(), "node")
-		if !ok || idText == "" || strings.TrimLeft(idText, "0123456789") != "" {
+		id, ok, err := parseNodeID(e.Name())
+		if err == nil && !ok {
+			// Not a node (online, possible...); a name that cannot be
+			// printed is reported, never printed raw.
+			err = pcie.CheckName(e.Name())
+		}
+		if err != nil {
+			errs = append(errs, &Error{Node: -1, File: NodeDir, Err: fmt.Errorf("node left out: %w", err)})
 			continue
 		}
-		id, _ := strconv.Atoi(idText)
+		if !ok {
+			continue
+		}
 		n := NUMANode{ID: id, Socket: -1}
 		dir := NodeDir + "/" + e.Name()
-		if s, err := r.ReadString(dir + "/cpulist"); err != nil {
-			errs = append(errs, fmt.Errorf("host: node %d: %s/cpulist: %w", id, dir, sysfs.Cause(err)))
-		} else if n.CPUs, err = pcie.ParseCPUList(s); err != nil {
-			errs = append(errs, fmt.Errorf("host: node %d: %s/cpulist: %w", id, dir, err))
+		// Every node has these two files: a missing one is an error too.
+		// A value that does not parse stays unknown (nil), with the error.
+		read := func(f string, parse func(string) error) {
+			s, err := r.ReadString(f)
+			if err == nil {
+				err = parse(s)
+			}
+			if err != nil {
+				errs = append(errs, &Error{Node: id, File: f, Err: sysfs.Cause(err)})
+			}
 		}
-		if s, err := r.ReadString(dir + "/distance"); err != nil {
-			errs = append(errs, fmt.Errorf("host: node %d: %s/distance: %w", id, dir, sysfs.Cause(err)))
-		} else if n.Distances, err = ParseDistances(s); err != nil {
-			errs = append(errs, fmt.Errorf("host: node %d: %s/distance: %w", id, dir, err))
-		}
+		read(dir+"/cpulist", func(s string) error {
+			c, err := pcie.ParseCPUList(s)
+			if err == nil {
+				n.CPUs = c
+			}
+			return err
+		})
+		read(dir+"/distance", func(s string) error {
+			d, err := ParseDistances(s)
+			if err == nil {
+				n.Distances = d
+			}
+			return err
+		})
 		if len(n.CPUs) > 0 {
 			f := fmt.Sprintf("devices/system/cpu/cpu%d/topology/physical_package_id", n.CPUs[0])
 			switch s, err := r.ReadString(f); {
 			case err == nil:
-				if v, perr := strconv.Atoi(s); perr == nil && v >= 0 {
+				if v, perr := ParseSocket(s); perr == nil {
 					n.Socket = v
 				} else {
-					errs = append(errs, fmt.Errorf("host: node %d: %s: %q is not a socket number", id, f, s))
+					errs = append(errs, &Error{Node: id, File: f, Err: perr})
 				}
 			case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 			default:
-				errs = append(errs, fmt.Errorf("host: node %d: %s: %w", id, f, sysfs.Cause(err)))
+				errs = append(errs, &Error{Node: id, File: f, Err: sysfs.Cause(err)})
 			}
 		}
 		info.NUMANodes = append(info.NUMANodes, n)
 	}
 	slices.SortFunc(info.NUMANodes, func(a, b NUMANode) int { return a.ID - b.ID })
 	return info, errors.Join(errs...)
+}
+
+// ParseSocket parses a CPU's physical_package_id, "0".
+func ParseSocket(s string) (int, error) {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a socket number", clip(s))
+	}
+	return v, nil
 }
 
 // ParseDistances parses a node's distance file, "10 32".

@@ -44,7 +44,8 @@ func IsNeuron(d *pcie.Device) bool {
 	return false
 }
 
-// ClassDevice is devices/virtual/neuron_device/neuron<Index>.
+// ClassDevice is devices/virtual/neuron_device/neuron<Index>. A file that
+// is absent or does not parse leaves its field unknown: 0, nil or "".
 type ClassDevice struct {
 	Index      int
 	CoreCount  int    // core_count (printed without a newline)
@@ -52,6 +53,37 @@ type ClassDevice struct {
 	ArchType   string // info/architecture/arch_type, "NDv2"
 	Instance   string // info/architecture/instance_type, "Trn1"
 	DeviceName string // info/architecture/device_name, "Trainium1"
+}
+
+// Error is the error for one class device (or the class directory): which
+// one, and which file.
+type Error struct {
+	Device string // neuron<N>; "" for the class directory itself
+	File   string // root-relative path
+	Err    error
+}
+
+// Error prints the device, file and cause, each quoted when it holds what
+// would break the line.
+func (e *Error) Error() string {
+	dev := "neuron"
+	if e.Device != "" {
+		dev = pcie.Printable(e.Device)
+	}
+	return fmt.Sprintf("%s: %s: %s", dev, pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// parseIndex parses the N of a class device's name, neuron<N>, as the
+// driver prints it: decimal, no sign or leading zero, at most 1023.
+func parseIndex(name string) (int, bool) {
+	idx, ok := strings.CutPrefix(name, "neuron")
+	if !ok || idx == "" || len(idx) > 4 || strings.TrimLeft(idx, "0123456789") != "" || idx[0] == '0' && idx != "0" {
+		return 0, false
+	}
+	n, _ := strconv.Atoi(idx)
+	return n, n <= 1023
 }
 
 // ReadClass reads the neuron driver's class devices, by index. A machine
@@ -62,52 +94,89 @@ func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("neuron: %w", err)
+		return nil, &Error{File: ClassDir, Err: sysfs.Cause(err)}
 	}
 	var out []ClassDevice
 	var errs []error
 	for _, e := range ents {
-		idx, ok := strings.CutPrefix(e.Name(), "neuron")
-		n, err := strconv.Atoi(idx)
-		if !ok || err != nil || n < 0 || n > 1023 {
+		n, ok := parseIndex(e.Name())
+		if !ok {
+			// Not neuron<N>: a name that looks like one, or that cannot
+			// be printed, is reported (quoted), never printed raw.
+			err := pcie.CheckName(e.Name())
+			if err == nil && strings.HasPrefix(e.Name(), "neuron") {
+				err = fmt.Errorf("%q is not neuron<N> with N of 0-1023", clip(e.Name()))
+			}
+			if err != nil {
+				errs = append(errs, &Error{File: ClassDir, Err: fmt.Errorf("class device left out: %w", err)})
+			}
 			continue
 		}
 		dir := ClassDir + "/" + e.Name()
 		d := ClassDevice{Index: n}
 		fail := func(f string, err error) {
-			errs = append(errs, fmt.Errorf("neuron%d: %s/%s: %w", n, dir, f, sysfs.Cause(err)))
+			errs = append(errs, &Error{Device: e.Name(), File: dir + "/" + f, Err: sysfs.Cause(err)})
 		}
-		// A value that does not parse stays unknown (0, nil), with the
-		// error.
-		if s, err := r.ReadString(dir + "/core_count"); err == nil {
-			if c, err := strconv.Atoi(s); err != nil || c < 0 {
-				fail("core_count", fmt.Errorf("%q is not a core count", s))
-			} else {
+		// A value that does not parse, or text that cannot be printed,
+		// stays unknown (0, nil, ""), with the error.
+		optional := func(f string, parse func(string) error) {
+			s, err := r.ReadString(dir + "/" + f)
+			if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
+				return // an older driver
+			}
+			if err == nil {
+				err = parse(s)
+			}
+			if err != nil {
+				fail(f, err)
+			}
+		}
+		optional("core_count", func(s string) error {
+			c, err := ParseCoreCount(s)
+			if err == nil {
 				d.CoreCount = c
 			}
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			fail("core_count", err)
-		}
-		if s, err := r.ReadString(dir + "/connected_devices"); err == nil {
-			if c, err := ParseConnected(s); err != nil {
-				fail("connected_devices", err)
-			} else {
+			return err
+		})
+		optional("connected_devices", func(s string) error {
+			c, err := ParseConnected(s)
+			if err == nil {
 				d.Connected = c
 			}
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			fail("connected_devices", err)
-		}
-		for f, dst := range map[string]*string{"arch_type": &d.ArchType, "instance_type": &d.Instance, "device_name": &d.DeviceName} {
-			if s, err := r.ReadString(dir + "/info/architecture/" + f); err == nil {
-				*dst = s
-			} else if !errors.Is(err, fs.ErrNotExist) {
-				fail("info/architecture/"+f, err)
+			return err
+		})
+		text := func(dst *string) func(string) error {
+			return func(s string) error {
+				err := pcie.CheckText(s)
+				if err == nil {
+					*dst = s
+				}
+				return err
 			}
 		}
+		optional("info/architecture/arch_type", text(&d.ArchType))
+		optional("info/architecture/instance_type", text(&d.Instance))
+		optional("info/architecture/device_name", text(&d.DeviceName))
 		out = append(out, d)
 	}
 	slices.SortFunc(out, func(a, b ClassDevice) int { return a.Index - b.Index })
 	return out, errors.Join(errs...)
+}
+
+// ParseCoreCount parses core_count: the NeuronCores of one device, "2".
+func ParseCoreCount(s string) (int, error) {
+	c, err := strconv.Atoi(s)
+	if err != nil || c < 0 {
+		return 0, fmt.Errorf("%q is not a core count", clip(s))
+	}
+	return c, nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
 }
 
 // ParseConnected parses connected_devices, "12, 3, 4, 1".
@@ -119,7 +188,7 @@ func ParseConnected(s string) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 0 || n > 1023 {
-			return nil, fmt.Errorf("%q is not a list of device indexes", s)
+			return nil, fmt.Errorf("%q is not a list of device indexes", clip(s))
 		}
 		out = append(out, n)
 	}

@@ -1,6 +1,9 @@
 package neuron_test
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -83,38 +86,128 @@ func FuzzParseConnected(f *testing.F) {
 	})
 }
 
-// TestDamagedStaysUnknown: a core count or connection list that does not
-// parse is reported and left unknown (0, nil), never the parser's partial
-// or negative value.
+// trn1 is a capture with sixteen class devices.
+const trn1 = "../testdata/sysfs/trn1.32xlarge.sysfs"
+
+// capture returns the entries of the trn1 capture.
+func capture(t *testing.T) []sysfs.Entry {
+	t.Helper()
+	r, err := sysfs.Open(trn1)
+	require.NoError(t, err)
+	return r.ReadLinkFS.(*sysfs.MemFS).Entries()
+}
+
+// edited returns the capture's entries with edit applied to each.
+func edited(t *testing.T, base []sysfs.Entry, edit func(e *sysfs.Entry)) *sysfs.Reader {
+	t.Helper()
+	var es []sysfs.Entry
+	for _, e := range base {
+		edit(&e)
+		es = append(es, e)
+	}
+	m, err := sysfs.NewMemFS(es)
+	require.NoError(t, err)
+	return sysfs.NewReader(m)
+}
+
+func cleanClass(t *testing.T, base []sysfs.Entry) []neuron.ClassDevice {
+	t.Helper()
+	class, err := neuron.ReadClass(edited(t, base, func(*sysfs.Entry) {}))
+	require.NoError(t, err)
+	require.Len(t, class, 16)
+	return class
+}
+
+// TestDamagedStaysUnknown: every attribute of a class device, damaged in
+// turn (garbage, or text that cannot be printed), is reported once, naming
+// the device and the file, and left unknown (0, nil, ""), never the
+// parser's partial or negative value or the raw text; the other devices,
+// and the device's other attributes, are as without the damage.
 func TestDamagedStaysUnknown(t *testing.T) {
 	t.Parallel()
-	d := neuron.ClassDir + "/neuron0/"
-	for _, tc := range []struct{ file, value string }{
-		{"core_count", "-5\n"},
-		{"core_count", "two\n"},
-		{"connected_devices", "1, x, 3\n"},
+	base := capture(t)
+	dir := neuron.ClassDir + "/neuron3/"
+	for _, tc := range []struct {
+		file, value string
+		unknown     func(d *neuron.ClassDevice) // sets the field to its unknown value
+	}{
+		{"core_count", "-5\n", func(d *neuron.ClassDevice) { d.CoreCount = 0 }},
+		{"core_count", "two\n", func(d *neuron.ClassDevice) { d.CoreCount = 0 }},
+		{"connected_devices", "1, x, 3\n", func(d *neuron.ClassDevice) { d.Connected = nil }},
+		{"info/architecture/arch_type", "ND\nv2\n", func(d *neuron.ClassDevice) { d.ArchType = "" }},
+		{"info/architecture/instance_type", "Trn1\x1b[0m\n", func(d *neuron.ClassDevice) { d.Instance = "" }},
+		{"info/architecture/device_name", "Train\x7fium1\n", func(d *neuron.ClassDevice) { d.DeviceName = "" }},
 	} {
-		t.Run(tc.file+"="+tc.value, func(t *testing.T) {
-			files := map[string]string{"core_count": "2\n", "connected_devices": "1, 3\n"}
-			files[tc.file] = tc.value
-			entries := []sysfs.Entry{{Path: "devices", Kind: sysfs.KindDir}, {Path: "devices/virtual", Kind: sysfs.KindDir},
-				{Path: neuron.ClassDir, Kind: sysfs.KindDir}, {Path: d[:len(d)-1], Kind: sysfs.KindDir}}
-			for f, v := range files {
-				entries = append(entries, sysfs.Entry{Path: d + f, Kind: sysfs.KindFile, Data: []byte(v)})
-			}
-			m, err := sysfs.NewMemFS(entries)
-			require.NoError(t, err)
-			class, err := neuron.ReadClass(sysfs.NewReader(m))
+		t.Run(tc.file+"="+strconv.Quote(tc.value), func(t *testing.T) {
+			t.Parallel()
+			want := cleanClass(t, base)
+			tc.unknown(&want[3])
+			class, err := neuron.ReadClass(edited(t, base, func(e *sysfs.Entry) {
+				if e.Path == dir+tc.file {
+					e.Data = []byte(tc.value)
+				}
+			}))
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), d+tc.file)
-			require.Len(t, class, 1)
-			if tc.file == "core_count" {
-				assert.Equal(t, 0, class[0].CoreCount, "unknown")
-				assert.Equal(t, []int{1, 3}, class[0].Connected)
-			} else {
-				assert.Nil(t, class[0].Connected, "unknown")
-				assert.Equal(t, 2, class[0].CoreCount)
-			}
+			assert.Contains(t, err.Error(), "neuron3: "+dir+tc.file+": ")
+			assert.Len(t, strings.Split(err.Error(), "\n"), 1, err.Error())
+			assert.Equal(t, want, class)
 		})
 	}
+}
+
+// TestBadClassNamesLeftOut: a class device whose name is not the driver's
+// neuron<N> (a control character, a leading zero, an index past 1023) is
+// reported, the name quoted, and left out; the others are read.
+func TestBadClassNamesLeftOut(t *testing.T) {
+	t.Parallel()
+	base := capture(t)
+	for _, name := range []string{"neuron3\n", "neuron\u00853", "neuron03", "neuron+3", "neuron99999999999999999999", "\tneuron3"} {
+		t.Run(strconv.Quote(name), func(t *testing.T) {
+			t.Parallel()
+			want := slices.Delete(cleanClass(t, base), 3, 4)
+			class, err := neuron.ReadClass(edited(t, base, func(e *sysfs.Entry) {
+				e.Path = strings.Replace(e.Path, neuron.ClassDir+"/neuron3", neuron.ClassDir+"/"+name, 1)
+			}))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "neuron: "+neuron.ClassDir+": ")
+			assert.Contains(t, err.Error(), strconv.Quote(name))
+			assert.Len(t, strings.Split(err.Error(), "\n"), 1, err.Error())
+			assert.Equal(t, want, class)
+		})
+	}
+}
+
+func TestParseCoreCount(t *testing.T) {
+	t.Parallel()
+	c, err := neuron.ParseCoreCount("2")
+	require.NoError(t, err)
+	assert.Equal(t, 2, c)
+	for _, in := range []string{"", "-1", "two", "1.5", "99999999999999999999"} {
+		_, err := neuron.ParseCoreCount(in)
+		assert.Error(t, err, "%q", in)
+	}
+}
+
+func FuzzParseCoreCount(f *testing.F) {
+	f.Add("2")
+	f.Add("-1")
+	f.Fuzz(func(t *testing.T, s string) {
+		if c, err := neuron.ParseCoreCount(s); err == nil && c < 0 {
+			t.Fatalf("%q -> %d", s, c)
+		}
+	})
+}
+
+// FuzzParseIndex: a class device's index is 0-1023 and printed back as its
+// name.
+func FuzzParseIndex(f *testing.F) {
+	for _, s := range []string{"neuron0", "neuron15", "neuron01", "neuron+1", "neuron", "power"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, ok := neuron.ParseIndex(s)
+		if ok && (n < 0 || n > 1023 || "neuron"+strconv.Itoa(n) != s) {
+			t.Fatalf("%q -> %d", s, n)
+		}
+	})
 }

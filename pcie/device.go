@@ -55,13 +55,17 @@ type Device struct {
 	Path            string
 	Vendor          uint16 // vendor
 	Device          uint16 // device
-	SubsystemVendor uint16 // subsystem_vendor; 0 where the file is absent
-	SubsystemDevice uint16 // subsystem_device; 0 where the file is absent
+	SubsystemVendor uint16 // subsystem_vendor; 0 where absent or damaged
+	SubsystemDevice uint16 // subsystem_device; 0 where absent or damaged
 	Class           Class  // class
-	Revision        uint8  // revision
-	Driver          string // base name of the driver link; "" when unbound
-	NUMANode        int    // numa_node; NoNUMA when -1 or absent
-	LocalCPUs       CPUList
+	Revision        uint8  // revision; 0 where absent or damaged
+	// Driver is uevent's DRIVER, or the base name of the driver link
+	// without a uevent; "" when unbound, or when the link is damaged or
+	// names no printable driver (CheckName). A DRIVER that CheckName
+	// refuses damages the uevent: the function is left out.
+	Driver    string
+	NUMANode  int     // numa_node; NoNUMA when -1, absent or damaged
+	LocalCPUs CPUList // local_cpulist; nil when absent or damaged
 	// Root is the root complex, the first component under devices/
 	// ("pci0000:44"), as the standard pcieRoot attribute.
 	Root string
@@ -103,8 +107,10 @@ type DeviceError struct {
 	Err     error
 }
 
+// Error prints the address, file and cause, each quoted when it holds
+// what would break the line (a damaged tree's names).
 func (e *DeviceError) Error() string {
-	return fmt.Sprintf("pci %s: %s: %v", e.Address, e.File, e.Err)
+	return fmt.Sprintf("pci %s: %s: %s", Printable(e.Address), Printable(e.File), Printable(e.Err.Error()))
 }
 
 func (e *DeviceError) Unwrap() error { return e.Err }
@@ -167,6 +173,11 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 		return nil, fail(link, err)
 	}
 	parts := strings.Split(real, "/")
+	for _, p := range parts {
+		if err := CheckName(p); err != nil {
+			return nil, fail(link, fmt.Errorf("resolves to a path with a bad name: %w", err))
+		}
+	}
 	if len(parts) < 3 || parts[0] != "devices" || parts[len(parts)-1] != name {
 		return nil, fail(link, fmt.Errorf("resolves to %s, want devices/pci<domain>:<bus>/.../%s", real, name))
 	}
@@ -188,7 +199,7 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 			return nil, fail(file("uevent"), perr)
 		}
 		if u.Slot != "" && u.Slot != name {
-			return nil, fail(file("uevent"), fmt.Errorf("PCI_SLOT_NAME=%s names another function", u.Slot))
+			return nil, fail(file("uevent"), fmt.Errorf("PCI_SLOT_NAME=%q names another function", u.Slot))
 		}
 		if u.Complete {
 			d.Vendor, d.Device, d.SubsystemVendor, d.SubsystemDevice, d.Class, d.Driver = u.Vendor, u.Device, u.SubsystemVendor, u.SubsystemDevice, u.Class, u.Driver
@@ -245,7 +256,11 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 		optional("subsystem_device", hexInto(16, func(v uint64) { d.SubsystemDevice = uint16(v) }))
 		// The driver is the base name of the link; resolving it proves the
 		// driver directory exists (a dangling link is damage, not a driver).
+		// A name that cannot be printed stays unknown.
 		drv, err := r.Resolve(file("driver"))
+		if err == nil {
+			err = CheckName(path.Base(drv))
+		}
 		switch {
 		case err == nil:
 			d.Driver = path.Base(drv)
@@ -374,8 +389,8 @@ func ParseUevent(s string) (Uevent, error) {
 			u.Class = Class(c)
 			seen |= 4
 		case "DRIVER":
-			if v == "" || strings.ContainsAny(v, "/ ") {
-				return Uevent{}, fmt.Errorf("uevent DRIVER=%q is not a driver name", clip(v))
+			if err := CheckName(v); err != nil {
+				return Uevent{}, fmt.Errorf("uevent DRIVER is not a driver name: %w", err)
 			}
 			u.Driver = v
 		case "PCI_SLOT_NAME":

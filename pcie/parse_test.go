@@ -213,7 +213,7 @@ func TestParseUevent(t *testing.T) {
 	u, err = ParseUevent("")
 	assert.NoError(t, err)
 	assert.False(t, u.Complete)
-	for _, in := range []string{"PCI_ID=1D0F", "PCI_ID=1D0F:EFA1Z", "PCI_CLASS=1234567", "PCI_CLASS=", "garbage", "DRIVER=", "DRIVER=a/b", "PCI_SUBSYS_ID=:"} {
+	for _, in := range []string{"PCI_ID=1D0F", "PCI_ID=1D0F:EFA1Z", "PCI_CLASS=1234567", "PCI_CLASS=", "garbage", "DRIVER=", "DRIVER=a/b", "DRIVER=ef\x7fa", "DRIVER=ef\u0085a", "DRIVER=efa\xff", "PCI_SUBSYS_ID=:"} {
 		_, err := ParseUevent(in)
 		assert.Error(t, err, "%q", in)
 	}
@@ -223,10 +223,14 @@ func FuzzParseUevent(f *testing.F) {
 	f.Add("DRIVER=efa\nPCI_CLASS=20000\nPCI_ID=1D0F:EFA1\nPCI_SUBSYS_ID=1D0F:EFA1\nPCI_SLOT_NAME=0000:4f:00.0\n")
 	f.Add("PCI_CLASS=60400\n")
 	f.Add("x")
+	f.Add("DRIVER=ef\x85a\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		u, err := ParseUevent(s)
 		if err == nil && uint32(u.Class)>>24 != 0 {
 			t.Fatalf("%q: class %x over 24 bits", s, uint32(u.Class))
+		}
+		if err == nil && u.Driver != "" && CheckName(u.Driver) != nil {
+			t.Fatalf("%q: driver %q cannot be printed", s, u.Driver)
 		}
 	})
 }

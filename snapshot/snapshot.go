@@ -10,6 +10,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -35,20 +37,24 @@ type Result struct {
 
 // Take captures fsys: the PCI functions and their drivers, the RDMA devices
 // and uverbs devices below them, the network interfaces of PCI functions,
-// NUMA nodes, the DMI product name and the Neuron class devices.
+// NUMA nodes, the DMI product name and the Neuron class devices. What
+// cannot be captured faithfully is left out with an error: a link whose
+// target, written at the link's place in the capture, could lead out of it
+// (sysfs.CheckLink), and a name that is not UTF-8 or holds a control
+// character.
 func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 	c := &capturer{r: sysfs.NewReader(fsys), out: make(map[string]sysfs.Entry)}
-	var errs []error
 	ents, err := c.r.ReadDir(pcie.DevicesDir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
+	ents = c.names(pcie.DevicesDir, ents)
 	c.dir(pcie.DevicesDir)
 	for _, e := range ents {
 		link := pcie.DevicesDir + "/" + e.Name()
 		real, err := c.link(link)
 		if err != nil {
-			errs = append(errs, err)
+			c.errs = append(c.errs, err)
 			continue
 		}
 		for _, f := range pciFiles {
@@ -60,7 +66,7 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 		for _, sub := range []string{"infiniband", "infiniband_verbs"} {
 			c.tree(real + "/" + sub)
 		}
-		if nets, err := c.r.ReadDir(real + "/net"); err == nil {
+		if nets, err := c.list(real + "/net"); err == nil {
 			for _, n := range nets {
 				nd := real + "/net/" + n.Name()
 				for _, f := range []string{"address", "operstate", "ifindex", "mtu"} {
@@ -71,7 +77,7 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 	}
 	// Class links into what was captured.
 	for _, class := range []string{"class/infiniband", "class/infiniband_verbs", "class/net", "class/neuron_device"} {
-		ents, err := c.r.ReadDir(class)
+		ents, err := c.list(class)
 		if err != nil {
 			continue
 		}
@@ -80,18 +86,20 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 			p := class + "/" + e.Name()
 			real, err := c.r.Resolve(p)
 			if err != nil {
-				errs = append(errs, err)
+				c.errs = append(c.errs, err)
 				continue
 			}
 			if class == "class/neuron_device" {
 				c.tree(real)
 			}
 			if _, ok := c.out[real]; ok || c.hasUnder(real) {
-				c.link(p)
+				if _, err := c.link(p); err != nil {
+					c.errs = append(c.errs, err)
+				}
 			}
 		}
 	}
-	if nodes, err := c.r.ReadDir("devices/system/node"); err == nil {
+	if nodes, err := c.list("devices/system/node"); err == nil {
 		c.dir("devices/system/node")
 		for _, f := range []string{"online", "possible"} {
 			c.file("devices/system/node/" + f)
@@ -115,7 +123,9 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 	}
 	c.file("devices/virtual/dmi/id/product_name")
 	if _, err := c.r.Resolve("class/dmi/id"); err == nil {
-		c.link("class/dmi/id")
+		if _, err := c.link("class/dmi/id"); err != nil {
+			c.errs = append(c.errs, err)
+		}
 	}
 	res := &Result{Skipped: c.skipped}
 	for _, e := range c.out {
@@ -125,13 +135,48 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 	if !opts.NoScrub {
 		scrub(res.Entries)
 	}
-	return res, errors.Join(errs...)
+	return res, errors.Join(c.errs...)
 }
 
 type capturer struct {
 	r       *sysfs.Reader
 	out     map[string]sysfs.Entry
 	skipped []string
+	errs    []error
+}
+
+// list lists the directory p, leaving out names that cannot be captured.
+func (c *capturer) list(p string) ([]fs.DirEntry, error) {
+	ents, err := c.r.ReadDir(p)
+	if err != nil {
+		return nil, err
+	}
+	return c.names(p, ents), nil
+}
+
+// names returns the entries of directory p whose names can be captured,
+// with an error naming p for each of the others. A name that is not UTF-8
+// makes no valid path; a control character would hide in a listing.
+func (c *capturer) names(p string, ents []fs.DirEntry) []fs.DirEntry {
+	return slices.DeleteFunc(slices.Clone(ents), func(e fs.DirEntry) bool {
+		why := badName(e.Name())
+		if why != "" {
+			c.errs = append(c.errs, fmt.Errorf("directory %q: name %q %s, left out", p, e.Name(), why))
+		}
+		return why != ""
+	})
+}
+
+// badName says what makes a name impossible to capture, "" when nothing
+// does.
+func badName(name string) string {
+	if !utf8.ValidString(name) {
+		return "is not UTF-8"
+	}
+	if strings.ContainsFunc(name, unicode.IsControl) {
+		return "holds a control character"
+	}
+	return ""
 }
 
 func (c *capturer) dir(p string) {
@@ -162,7 +207,10 @@ func (c *capturer) file(p string) {
 	c.out[p] = sysfs.Entry{Path: p, Kind: sysfs.KindFile, Data: b}
 }
 
-// link captures a symbolic link verbatim and returns where it resolves.
+// link captures a symbolic link verbatim and returns where it resolves. A
+// target that could lead out of the capture from the link's place in it is
+// refused: p is where the link is written, which is not where it lies when
+// a directory on the way is itself a link.
 func (c *capturer) link(p string) (string, error) {
 	t, err := c.r.ReadLink(p)
 	if err != nil {
@@ -170,6 +218,9 @@ func (c *capturer) link(p string) (string, error) {
 	}
 	real, err := c.r.Resolve(p)
 	if err != nil {
+		return "", err
+	}
+	if err := sysfs.CheckLink(p, t); err != nil {
 		return "", err
 	}
 	c.out[p] = sysfs.Entry{Path: p, Kind: sysfs.KindLink, Target: t}
@@ -180,7 +231,7 @@ func (c *capturer) link(p string) (string, error) {
 // "device" (the way back to the PCI function). power/ and the subsystem
 // links lead out of what efakit reads.
 func (c *capturer) tree(p string) {
-	ents, err := c.r.ReadDir(p)
+	ents, err := c.list(p)
 	if err != nil {
 		return
 	}
@@ -190,7 +241,9 @@ func (c *capturer) tree(p string) {
 		switch {
 		case e.Type()&fs.ModeSymlink != 0:
 			if e.Name() == "device" {
-				c.link(q)
+				if _, err := c.link(q); err != nil {
+					c.errs = append(c.errs, err)
+				}
 			}
 		case e.IsDir():
 			if e.Name() != "power" {

@@ -2,7 +2,9 @@ package snapshot_test
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,4 +81,91 @@ func TestSnapshotReplays(t *testing.T) {
 			assert.Less(t, text.Len(), 2<<20)
 		})
 	}
+}
+
+const g5 = "../testdata/sysfs/g5.8xlarge.sysfs"
+
+// capture returns the entries of a fixture capture.
+func capture(t *testing.T, path string) []sysfs.Entry {
+	t.Helper()
+	root, err := sysfs.OpenCapture(path)
+	require.NoError(t, err)
+	return root.ReadLinkFS.(*sysfs.MemFS).Entries()
+}
+
+// TestSnapshotLinksStayInside: when a directory on the way to a link is
+// itself a link, the link is captured at another place than where it lies,
+// and its target, right where it lies, leads out of the capture from
+// there. Such a link is left out with an error naming it; the capture
+// unpacks with every link inside it.
+func TestSnapshotLinksStayInside(t *testing.T) {
+	t.Parallel()
+	var es []sysfs.Entry
+	for _, e := range capture(t, g5) {
+		if e.Path == "class/infiniband" || strings.HasPrefix(e.Path, "class/infiniband/") {
+			continue
+		}
+		es = append(es, e)
+	}
+	es = append(es,
+		sysfs.Entry{Path: "class/infiniband", Kind: sysfs.KindLink, Target: "../devices/virtual/a/b/ib"},
+		sysfs.Entry{Path: "devices/virtual/a/b/ib/efa_0", Kind: sysfs.KindLink, Target: "../../../../../devices/pci0000:00/0000:00:06.0/infiniband/efa_0"},
+	)
+	m, err := sysfs.NewMemFS(es)
+	require.NoError(t, err)
+	snap, err := snapshot.Take(m, snapshot.Options{})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, sysfs.ErrEscapesRoot)
+	assert.ErrorContains(t, err, "class/infiniband/efa_0")
+	for _, e := range snap.Entries {
+		assert.NotEqual(t, "class/infiniband/efa_0", e.Path, "captured where its target leads out")
+	}
+	dir := filepath.Join(t.TempDir(), "sys")
+	require.NoError(t, sysfs.WriteDir(dir, snap.Entries), "every link of the capture can be unpacked")
+	got, _ := scan(t, m)
+	assert.Len(t, got, 1, "the EFA itself is still there")
+}
+
+// TestSnapshotBadNames: names that are not UTF-8 or hold a control
+// character are left out, each with an error naming its directory, and
+// the rest of the capture is as without them.
+func TestSnapshotBadNames(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "sys")
+	require.NoError(t, sysfs.WriteDir(dir, capture(t, g5)))
+	clean, err := sysfs.OpenDir(dir)
+	require.NoError(t, err)
+	defer clean.Close()
+	want, err := snapshot.Take(clean, snapshot.Options{})
+	require.NoError(t, err)
+
+	ib := "devices/pci0000:00/0000:00:06.0/infiniband/efa_0"
+	bad := map[string]string{ // directory: name
+		ib:                "bad\xffname",
+		ib + "/ports":     "1\n",
+		"bus/pci/devices": "0000:00:1f.\xfe",
+		"class/net":       "eth\x1b[0m",
+	}
+	for d, name := range bad {
+		p := filepath.Join(dir, filepath.FromSlash(d), name)
+		switch d {
+		case ib + "/ports":
+			require.NoError(t, os.Mkdir(p, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(p, "state"), []byte("4: ACTIVE\n"), 0o444))
+		case ib:
+			require.NoError(t, os.WriteFile(p, []byte("x\n"), 0o444))
+		default:
+			require.NoError(t, os.Symlink("../../devices/pci0000:00/0000:00:06.0", p))
+		}
+	}
+	root, err := sysfs.OpenDir(dir)
+	require.NoError(t, err)
+	defer root.Close()
+	got, err := snapshot.Take(root, snapshot.Options{})
+	require.Error(t, err)
+	for d, name := range bad {
+		assert.ErrorContains(t, err, fmt.Sprintf("directory %q: name %q", d, name))
+	}
+	assert.Equal(t, want.Entries, got.Entries)
+	assert.Equal(t, want.Skipped, got.Skipped)
 }

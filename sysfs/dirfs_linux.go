@@ -16,14 +16,20 @@ import (
 // dirFS reads a directory tree with openat2(2): every open is confined to
 // the root (RESOLVE_BENEATH) and refuses any symbolic link on the way
 // (RESOLVE_NO_SYMLINKS), so the kernel itself guarantees what the Reader
-// does by resolving links first. One system call an open, where os.Root
-// walks the path one component at a time.
+// does by resolving links first. One system call resolves a whole path,
+// where os.Root walks it one component at a time; an fstat(2) after each
+// open refuses what is neither a regular file nor a directory.
 //
-// Lstat and ReadLink use fstatat and readlinkat relative to the root: they
-// expect a parent path without links, which the Reader guarantees.
+// Lstat and ReadLink refuse a link in the parent path too: they open the
+// entry itself with O_PATH|O_NOFOLLOW under the same rules, then ask about
+// that descriptor. Only a name at the top of the root, which has no parent
+// to hold a link, is asked about directly.
 type dirFS struct {
 	root *os.File
 	dir  string
+	// ask, when set (by tests), sees every question that reaches the
+	// file system: the operation and the path.
+	ask func(op, name string)
 }
 
 var errNoOpenat2 = errors.New("openat2 not available")
@@ -49,37 +55,82 @@ func openDirFS(dir string) (*dirFS, error) {
 
 const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
+// openFlags never block: a named pipe opened for reading waits for a
+// writer without O_NONBLOCK, and a terminal must not become ours.
+const openFlags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
 func (d *dirFS) Close() error { return d.root.Close() }
 
 func (d *dirFS) fd() int { return int(d.root.Fd()) }
 
-func (d *dirFS) Open(name string) (fs.File, error) {
+func (d *dirFS) asked(op, name string) {
+	if d.ask != nil {
+		d.ask(op, name)
+	}
+}
+
+// openat2 opens name beneath the root without following any link.
+func (d *dirFS) openat2(op, name string, flags uint64) (int, error) {
 	if !fs.ValidPath(name) {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+		return -1, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
 	var fd int
 	var err error
-	for {
-		fd, err = unix.Openat2(d.fd(), name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC, Resolve: resolveFlags})
+	// EAGAIN: the kernel saw a rename race under RESOLVE_BENEATH and asks
+	// for a retry. Bounded, since O_NONBLOCK also gives EAGAIN for a file
+	// under a lease.
+	for range 8 {
+		fd, err = unix.Openat2(d.fd(), name, &unix.OpenHow{Flags: flags, Resolve: resolveFlags})
 		if err != unix.EINTR && err != unix.EAGAIN {
 			break
 		}
 	}
+	switch {
+	case err == nil:
+		return fd, nil
+	case err == unix.ELOOP:
+		return -1, &fs.PathError{Op: op, Path: name, Err: errLinkInPath}
+	case err == unix.EXDEV:
+		return -1, &fs.PathError{Op: op, Path: name, Err: ErrEscapesRoot}
+	}
+	return -1, &fs.PathError{Op: op, Path: name, Err: err}
+}
+
+func (d *dirFS) Open(name string) (fs.File, error) {
+	d.asked("open", name)
+	return d.open("open", name)
+}
+
+// open opens a regular file or a directory for reading, refusing every
+// other type with ErrNotRegular.
+func (d *dirFS) open(op, name string) (*fdFile, error) {
+	fd, err := d.openat2(op, name, openFlags)
 	if err != nil {
-		if err == unix.ELOOP {
-			return nil, &fs.PathError{Op: "open", Path: name, Err: errLinkInPath}
+		// A socket cannot be opened at all (ENXIO): say what it is.
+		if errors.Is(err, unix.ENXIO) {
+			if st, serr := d.lstat(op, name); serr == nil {
+				if e := notRegular(statInfo{st: st}.Mode()); e != nil {
+					return nil, &fs.PathError{Op: op, Path: name, Err: e}
+				}
+			}
 		}
-		if err == unix.EXDEV {
-			return nil, &fs.PathError{Op: "open", Path: name, Err: ErrEscapesRoot}
-		}
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	if e := notRegular(statInfo{st: st}.Mode()); e != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: op, Path: name, Err: e}
 	}
 	// A bare descriptor, not an *os.File: os.NewFile costs an fcntl(2) to
 	// probe for non-blocking mode, a fifth of a small file's system calls.
 	return &fdFile{fd: fd, name: name}, nil
 }
 
-// fdFile is an open regular file read with plain read(2).
+// fdFile is an open regular file or directory read with plain read(2).
 type fdFile struct {
 	fd   int
 	name string
@@ -124,15 +175,23 @@ func (f *fdFile) ReadDir(n int) ([]fs.DirEntry, error) {
 }
 
 // OpenNoFollow is Open: openat2 refuses links in every open.
-func (d *dirFS) OpenNoFollow(name string) (fs.File, error) { return d.Open(name) }
+func (d *dirFS) OpenNoFollow(name string) (fs.File, error) {
+	d.asked("open", name)
+	return d.open("open", name)
+}
 
 func (d *dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
-	f, err := d.Open(name)
+	d.asked("readdir", name)
+	// O_DIRECTORY: the kernel opens nothing else, so no type check, and
+	// no O_NONBLOCK, which would have os.NewFile in fdFile.ReadDir add
+	// the descriptor to the poller.
+	fd, err := d.openat2("readdir", name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOCTTY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
+	f := &fdFile{fd: fd, name: name}
 	defer f.Close()
-	ents, err := f.(*fdFile).ReadDir(-1)
+	ents, err := f.ReadDir(-1)
 	if err != nil {
 		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
 	}
@@ -140,13 +199,35 @@ func (d *dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	return ents, nil
 }
 
-func (d *dirFS) ReadLink(name string) (string, error) {
+// entry opens name itself, a link included, for a question about it; at
+// the top of the root no descriptor is needed (-1: ask the root by name).
+func (d *dirFS) entry(op, name string) (int, error) {
 	if !fs.ValidPath(name) {
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+		return -1, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if !strings.Contains(name, "/") {
+		return -1, nil
+	}
+	return d.openat2(op, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+}
+
+func (d *dirFS) ReadLink(name string) (string, error) {
+	d.asked("readlink", name)
+	fd, err := d.entry("readlink", name)
+	if err != nil {
+		return "", err
+	}
+	dirfd, rel := d.fd(), name
+	if fd >= 0 {
+		defer unix.Close(fd)
+		dirfd, rel = fd, "" // the link itself (readlinkat(2), empty path)
 	}
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Readlinkat(d.fd(), name, buf)
+		n, err := unix.Readlinkat(dirfd, rel, buf)
+		if err == unix.ENOENT && fd >= 0 {
+			err = unix.EINVAL // the entry exists: it is not a link
+		}
 		if err != nil {
 			return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
 		}
@@ -161,25 +242,44 @@ func (d *dirFS) ReadLink(name string) (string, error) {
 }
 
 func (d *dirFS) Lstat(name string) (fs.FileInfo, error) {
-	return d.stat("lstat", name, unix.AT_SYMLINK_NOFOLLOW)
-}
-
-func (d *dirFS) Stat(name string) (fs.FileInfo, error) {
-	f, err := d.Open(name)
+	d.asked("lstat", name)
+	st, err := d.lstat("lstat", name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return f.Stat()
+	return statInfo{name: baseName(name), st: st}, nil
 }
 
-func (d *dirFS) stat(op, name string, flags int) (fs.FileInfo, error) {
-	if !fs.ValidPath(name) {
-		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
-	}
+func (d *dirFS) lstat(op, name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd(), name, &st, flags); err != nil {
-		return nil, &fs.PathError{Op: op, Path: name, Err: err}
+	fd, err := d.entry(op, name)
+	if err != nil {
+		return st, err
+	}
+	if fd >= 0 {
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+	} else {
+		err = unix.Fstatat(d.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if err != nil {
+		return st, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return st, nil
+}
+
+// Stat describes name, which holds no link, without opening it: a device
+// or a named pipe is described, never opened.
+func (d *dirFS) Stat(name string) (fs.FileInfo, error) {
+	d.asked("stat", name)
+	fd, err := d.openat2("stat", name, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
 	}
 	return statInfo{name: baseName(name), st: st}, nil
 }

@@ -16,7 +16,10 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxFileSize bounds every read. sysfs text attributes are at most one page
@@ -40,6 +43,11 @@ var (
 	ErrDanglingLink = fmt.Errorf("dangling symbolic link: %w", fs.ErrNotExist)
 	// ErrTooLarge: a file holds more than MaxFileSize bytes.
 	ErrTooLarge = fmt.Errorf("file larger than %d bytes", MaxFileSize)
+	// ErrNotRegular: a named pipe, socket or device where sysfs has a
+	// regular file or a directory. A directory root refuses to open one
+	// (a named pipe would block the reader for ever); so does Open for a
+	// capture path.
+	ErrNotRegular = errors.New("not a regular file or directory")
 )
 
 // Reader reads one sysfs root. It remembers what it has learned about the
@@ -143,20 +151,84 @@ func (r *Reader) resolve(name string, hops *int, via string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	via = p + " -> " + target
+	via = p + " -> " + shown(target)
 	if path.IsAbs(target) {
 		return "", linkErr(ErrEscapesRoot, via)
 	}
-	j := path.Join(path.Dir(p), target)
-	if j == ".." || strings.HasPrefix(j, "../") {
-		return "", linkErr(ErrEscapesRoot, via)
+	var rp string
+	if climbsAfterName(target) {
+		rp, err = r.follow(path.Dir(p), target, hops, via)
+	} else {
+		j := path.Join(path.Dir(p), target)
+		if j == ".." || strings.HasPrefix(j, "../") {
+			return "", linkErr(ErrEscapesRoot, via)
+		}
+		rp, err = r.resolve(j, hops, via)
 	}
-	rp, err := r.resolve(j, hops, via)
 	if err != nil {
 		return "", err
 	}
 	r.real[name] = rp
 	return rp, nil
+}
+
+// climbsAfterName reports whether target has ".." after a name ("m/.."),
+// which the kernel applies after following m if m is a link: joining it
+// lexically would give another answer. sysfs's own links never do.
+func climbsAfterName(target string) bool {
+	named := false
+	for c := range strings.SplitSeq(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if named {
+				return true
+			}
+		default:
+			named = true
+		}
+	}
+	return false
+}
+
+// follow resolves target from the resolved directory dir as the kernel
+// does: each name before a ".." is resolved, links and all, before the
+// ".." climbs from where it led.
+func (r *Reader) follow(dir, target string, hops *int, via string) (string, error) {
+	cur := dir
+	var names []string
+	for c := range strings.SplitSeq(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if len(names) > 0 {
+				rp, err := r.resolve(path.Join(append([]string{cur}, names...)...), hops, via)
+				if err != nil {
+					return "", err
+				}
+				if k := r.kind[rp]; rp != "." && k != fs.ModeDir {
+					return "", fmt.Errorf("%s is not a directory", rp)
+				}
+				cur, names = rp, nil
+			}
+			if cur == "." {
+				return "", linkErr(ErrEscapesRoot, via)
+			}
+			cur = path.Dir(cur)
+		default:
+			names = append(names, c)
+		}
+	}
+	return r.resolve(path.Join(append([]string{cur}, names...)...), hops, via)
+}
+
+// shown returns s as it is when it is printable UTF-8, quoted otherwise,
+// so that an error naming a link target of a damaged tree stays one line.
+func shown(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func linkErr(err error, via string) error {
@@ -248,18 +320,6 @@ func (r *Reader) ReadDir(name string) ([]fs.DirEntry, error) {
 		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
 	}
 	return ents, nil
-}
-
-func parentOf(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[:i]
-	}
-	return "."
-}
-
-func (r *Reader) listed(dir string) bool {
-	_, ok := r.dirs[dir]
-	return ok
 }
 
 // listDir lists the resolved directory p once, remembering the type of

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -34,58 +37,127 @@ func env(name, def string) string {
 }
 
 func main() {
-	klog.InitFlags(nil)
-	var o driver.ServeOptions
-	nodeName := flag.String("node-name", os.Getenv("NODE_NAME"), "the node this plugin runs on (env NODE_NAME)")
-	driverName := flag.String("driver-name", env("DRIVER_NAME", driver.DefaultDriverName), "DRA driver name (env DRIVER_NAME)")
-	groups := flag.String("groups", env("EFA_GROUPS", "none"), "publish EFA group devices: none, exclusive (one device per PCIe root instead of single EFAs) or mixed (both, with shared counters; needs DRAPartitionableDevices) (env EFA_GROUPS)")
-	flag.BoolVar(&o.Config.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode in list form (clusters with DRAListTypeAttributes)")
-	flag.StringVar(&o.SysfsRoot, "sysfs", env("SYSFS_ROOT", "/sys"), "sysfs to scan: the host's /sys, or a capture file (env SYSFS_ROOT)")
-	flag.StringVar(&o.ProcRoot, "proc", "/proc", "procfs, for the kernel's boot ID")
-	flag.StringVar(&o.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "directory for CDI specs (env CDI_ROOT)")
-	flag.StringVar(&o.RegistrarDir, "kubelet-registrar-directory-path", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
-	flag.StringVar(&o.PluginsDir, "kubelet-plugins-directory-path", kubeletplugin.KubeletPluginsDir, "the kubelet's plugins directory")
-	flag.DurationVar(&o.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
-	flag.DurationVar(&o.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
-	flag.StringVar(&o.HTTPAddr, "http-address", env("HTTP_ADDRESS", ":8080"), "address for /healthz, /readyz and /metrics (\"\" for none)")
-	flag.BoolVar(&o.AllowDevicePlugin, "allow-with-device-plugin", os.Getenv("ALLOW_EFA_DEVICE_PLUGIN") == "true", "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node (env ALLOW_EFA_DEVICE_PLUGIN=true)")
-	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; in-cluster configuration when empty")
-	showVersion := flag.Bool("version", false, "print the version and exit")
-	flag.Parse()
-	if *showVersion {
-		fmt.Println("efakit-plugin", version)
-		return
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: efakit-plugin [flags]
+
+The DRA kubelet plugin: publishes the node's EFAs as ResourceSlices and
+prepares them for pods through CDI. --node-name (or NODE_NAME) is required.
+
+flags:
+`
+
+// options are the plugin's settings, from its flags and environment.
+type options struct {
+	serve       driver.ServeOptions
+	kubeconfig  string
+	showVersion bool
+}
+
+// parseArgs reads and checks every flag and argument. It runs before
+// anything reaches the cluster, so that a missing or bad --node-name is
+// said as such rather than hidden behind the API client's error. When ok is
+// false the process ends with code: 0 after --help (the usage on stdout), 2
+// after a usage error (on stderr).
+func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok bool) {
+	fl := flag.NewFlagSet("efakit-plugin", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {} // printed below, on stdout or stderr
+	klog.InitFlags(fl)
+	s := &o.serve
+	nodeName := fl.String("node-name", os.Getenv("NODE_NAME"), "the node this plugin runs on (env NODE_NAME)")
+	driverName := fl.String("driver-name", env("DRIVER_NAME", driver.DefaultDriverName), "DRA driver name (env DRIVER_NAME)")
+	groups := fl.String("groups", env("EFA_GROUPS", "none"), "publish EFA group devices: none, exclusive (one device per PCIe root instead of single EFAs) or mixed (both, with shared counters; needs DRAPartitionableDevices) (env EFA_GROUPS)")
+	fl.BoolVar(&s.Config.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode in list form (clusters with DRAListTypeAttributes)")
+	fl.StringVar(&s.SysfsRoot, "sysfs", env("SYSFS_ROOT", "/sys"), "sysfs to scan: the host's /sys, or a capture file (env SYSFS_ROOT)")
+	fl.StringVar(&s.ProcRoot, "proc", "/proc", "procfs, for the kernel's boot ID")
+	fl.StringVar(&s.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "directory for CDI specs (env CDI_ROOT)")
+	fl.StringVar(&s.RegistrarDir, "kubelet-registrar-directory-path", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
+	fl.StringVar(&s.PluginsDir, "kubelet-plugins-directory-path", kubeletplugin.KubeletPluginsDir, "the kubelet's plugins directory")
+	fl.DurationVar(&s.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
+	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
+	fl.StringVar(&s.HTTPAddr, "http-address", env("HTTP_ADDRESS", ":8080"), "address for /healthz, /readyz and /metrics (\"\" for none)")
+	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", os.Getenv("ALLOW_EFA_DEVICE_PLUGIN") == "true", "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node (env ALLOW_EFA_DEVICE_PLUGIN=true)")
+	fl.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; in-cluster configuration when empty")
+	fl.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	writeUsage := func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		fl.SetOutput(w)
+		fl.PrintDefaults()
+		fl.SetOutput(stderr)
 	}
-	o.Config.NodeName, o.Config.DriverName = *nodeName, *driverName
+	usageError := func(format string, args ...any) (options, int, bool) {
+		fmt.Fprintf(stderr, "efakit-plugin: "+format+"\n", args...)
+		return options{}, 2, false
+	}
+	err := fl.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		writeUsage(stdout)
+		return options{}, 0, false
+	case err != nil:
+		writeUsage(stderr)
+		return options{}, 2, false
+	case fl.NArg() > 0:
+		fmt.Fprintf(stderr, "efakit-plugin: unexpected argument %q (flags only)\n", fl.Arg(0))
+		writeUsage(stderr)
+		return options{}, 2, false
+	case o.showVersion:
+		return o, 0, true
+	case *nodeName == "":
+		return usageError("--node-name (or NODE_NAME) is required")
+	}
+	// The API refuses a slice for a node whose name is not a Node's.
+	if msgs := validation.IsDNS1123Subdomain(*nodeName); len(msgs) > 0 {
+		return usageError("--node-name %q is not a valid node name: %s", *nodeName, strings.Join(msgs, "; "))
+	}
 	mode, err := driver.ParseGroupMode(*groups)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "efakit-plugin:", err)
-		os.Exit(2)
+		return usageError("--groups: %v", err)
 	}
-	o.Config.Groups = mode
-	o.PodUID = types.UID(os.Getenv("POD_UID"))
+	s.Config.NodeName, s.Config.DriverName, s.Config.Groups = *nodeName, *driverName, mode
+	s.PodUID = types.UID(os.Getenv("POD_UID"))
+	return o, 0, true
+}
 
+// run is main without the exit: every flag is checked first, then the
+// cluster is reached, then the plugin serves until SIGTERM or a fatal error.
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, code, ok := parseArgs(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if opts.showVersion {
+		fmt.Fprintln(stdout, "efakit-plugin", version)
+		return 0
+	}
+	o := opts.serve
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	logger := klog.Background().WithValues("node", o.Config.NodeName)
 	ctx = klog.NewContext(ctx, logger)
 
 	var cfg *rest.Config
-	if *kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	var err error
+	if opts.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", opts.kubeconfig)
 	} else {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
 		logger.Error(err, "kubernetes client configuration")
-		os.Exit(1)
+		klog.Flush()
+		return 1
 	}
 	if o.KubeClient, err = kubernetes.NewForConfig(cfg); err != nil {
 		logger.Error(err, "kubernetes client")
-		os.Exit(1)
+		klog.Flush()
+		return 1
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	rescan := make(chan struct{}, 1)
 	go func() {
 		for range hup {
@@ -100,8 +172,9 @@ func main() {
 	if err := driver.Serve(ctx, o); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error(err, "plugin stopped")
 		klog.Flush()
-		os.Exit(1)
+		return 1
 	}
 	logger.Info("stopped")
 	klog.Flush()
+	return 0
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,21 +23,13 @@ import (
 // one.
 const doctorTimeout = 30 * time.Second
 
-const doctorUsage = `usage: efakit doctor [flags]
-
-Checks what makes EFAs work, on a node or inside a pod, and prints one line
+const doctorHelp = `Checks what makes EFAs work, on a node or inside a pod, and prints one line
 per check: pass, warn, fail or skip, the facts found and, when not pass, the
 fix. Exit code 0 when no check failed (warnings allowed), 1 when one did.
-
-flags:
 `
 
 func cmdDoctor(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	// Help goes to stdout with exit 0, errors to stderr with exit 2: the
-	// usage is printed below, once it is known which.
-	fl.Usage = func() {}
+	fl := newFlags("doctor")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	dev := fl.String("dev", "/dev", "`directory` where /dev/infiniband/uverbsN nodes are looked for")
 	proc := fl.String("proc", "/proc", "proc file system `directory` (the container runtime's memlock limit)")
@@ -51,27 +41,18 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	kubeconfig := fl.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig `file` (default $KUBECONFIG; in-cluster configuration when empty)")
 	place := fl.String("place", "auto", "where it runs: `node`, pod, or auto (a pod where the device-metadata directory or KUBERNETES_SERVICE_HOST is there; run on the node through efakit's own plugin pod, say node)")
 	out := fl.String("o", "text", "output `format`: text or json")
-	printUsage := func(w io.Writer) {
-		fmt.Fprint(w, doctorUsage)
-		fl.SetOutput(w)
-		fl.PrintDefaults()
-		fl.SetOutput(stderr)
-	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printUsage(stdout)
-			return 0
-		}
-		printUsage(stderr)
-		return 2
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "efakit doctor: unexpected argument %q\n", fl.Arg(0))
-		return 2
+	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
+		return code
 	}
 	if *out != "text" && *out != "json" {
 		fmt.Fprintf(stderr, "efakit doctor: unknown output format %q (text, json)\n", *out)
 		return 2
+	}
+	if *node != "" {
+		if err := checkNodeName("--node", *node); err != nil {
+			fmt.Fprintf(stderr, "efakit doctor: %v\n", err)
+			return 2
+		}
 	}
 	var where doctor.Place
 	switch *place {
@@ -88,6 +69,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer r.Close()
+	printNote(stderr, "efakit doctor", r)
 
 	opts := doctor.Options{
 		Sysfs:       r,

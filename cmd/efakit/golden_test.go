@@ -35,6 +35,7 @@ func TestGoldenOutput(t *testing.T) {
 			{".slices.yaml", []string{"slices", "--sysfs", p, "--node", "node-1"}},
 			{".claims.yaml", []string{"claims", "--sysfs", p}},
 			{".claims-exclusive.yaml", []string{"claims", "--sysfs", p, "--groups", "exclusive"}},
+			{".claims-example-pods.yaml", []string{"claims", "--sysfs", p, "--example-pods"}},
 		} {
 			t.Run(name+tc.suffix, func(t *testing.T) {
 				code, out, errOut := runCLI(tc.args...)

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -93,12 +92,11 @@ func newEFAView(d *efa.Device, names *pcie.Names) efaView {
 }
 
 func cmdList(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("list", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl := newFlags("list")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	out := fl.String("o", "table", "output `format`: table, json or yaml")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
+		return code
 	}
 	switch *out {
 	case "table", "json", "yaml":
@@ -112,6 +110,7 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer r.Close()
+	printNote(stderr, "efakit list", r)
 	topo, scanErr := topology.Scan(r)
 	names, _ := pcie.LoadNames() // built-in names when there is no pci.ids
 	views := make([]efaView, 0)
@@ -137,6 +136,14 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// printNote prints the note of a capture read as the sysfs root
+// (sysfs.Root.Note): one in the old format cannot be checked whole.
+func printNote(w io.Writer, prefix string, r *sysfs.Root) {
+	if n := r.Note(); n != "" {
+		fmt.Fprintf(w, "%s: note: %s: %s\n", prefix, r.Source, n)
+	}
 }
 
 // printErrors prints each joined error on its own line.

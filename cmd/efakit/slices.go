@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,16 +40,15 @@ func printObjects[T any](w io.Writer, format string, objs []T) error {
 }
 
 func cmdSlices(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("slices", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl := newFlags("slices")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	node := fl.String("node", os.Getenv("NODE_NAME"), "node `name` (default $NODE_NAME)")
 	driverName := fl.String("driver-name", driver.DefaultDriverName, "DRA driver `name`")
 	numaList := fl.Bool("numa-list", false, "publish numaNode in list form (clusters with DRAListTypeAttributes)")
 	groups := fl.String("groups", "none", "EFA group devices: none, exclusive or mixed")
 	out := fl.String("o", "yaml", "output `format`: json or yaml")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
+		return code
 	}
 	mode, err := driver.ParseGroupMode(*groups)
 	if err != nil {
@@ -65,12 +63,17 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "efakit slices: --node (or NODE_NAME) is required")
 		return 2
 	}
+	if err := checkNodeName("--node", *node); err != nil {
+		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
+		return 2
+	}
 	r, err := sysfs.Open(*root)
 	if err != nil {
 		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
 		return 1
 	}
 	defer r.Close()
+	printNote(stderr, "efakit slices", r)
 	topo, scanErr := topology.Scan(r)
 	names, _ := pcie.LoadNames()
 	cfg := driver.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList, Groups: mode}
@@ -90,13 +93,12 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdDeviceClasses(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("deviceclasses", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl := newFlags("deviceclasses")
 	driverName := fl.String("driver-name", driver.DefaultDriverName, "DRA driver `name`")
 	className := fl.String("class-name", driver.DefaultDeviceClass, "DeviceClass `name`")
 	out := fl.String("o", "yaml", "output `format`: json or yaml")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
+		return code
 	}
 	if *out != "json" && *out != "yaml" {
 		fmt.Fprintf(stderr, "efakit deviceclasses: unknown output format %q (json, yaml)\n", *out)
@@ -109,14 +111,29 @@ func cmdDeviceClasses(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+const claimsHelp = `Prints the ResourceClaimTemplates that fit this machine, one YAML document
+each, with a comment saying why it has its counts and how many claims of it
+one node holds. The output is safe to apply: templates allocate nothing
+until a pod uses them. --example-pods adds a pod that takes the whole node,
+marked as an example: applied as printed, it would hold every EFA of a node
+while its placeholder image fails to pull.
+`
+
+// examplePodNote comes before every example pod claims prints.
+const examplePodNote = `# EXAMPLE POD (--example-pods): do not apply as printed. Its image, %s,
+# is a placeholder; the pod holds every EFA of its node from scheduling
+# until it is deleted, even while the image fails to pull. Put your
+# workload in it, or copy its resourceClaims into your own pod.
+`
+
 func cmdClaims(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("claims", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl := newFlags("claims")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	groups := fl.String("groups", "none", "the node's group `mode`: none, exclusive or mixed")
 	className := fl.String("class-name", driver.DefaultDeviceClass, "the single-EFA DeviceClass")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	examplePods := fl.Bool("example-pods", false, "also print an example pod that takes the whole node (not to apply as printed)")
+	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
+		return code
 	}
 	mode, err := driver.ParseGroupMode(*groups)
 	if err != nil {
@@ -129,6 +146,7 @@ func cmdClaims(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer r.Close()
+	printNote(stderr, "efakit claims", r)
 	topo, scanErr := topology.Scan(r)
 	tms, pod := driver.ClaimTemplates(topo, mode, *className)
 	if len(tms) == 0 {
@@ -144,8 +162,11 @@ func cmdClaims(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	if pod != nil {
-		fmt.Fprintf(stdout, "---\n# %s\n", pod.Comment)
+	// The example pod holds every EFA of the node for as long as it
+	// exists, even while its placeholder image fails to pull: only on
+	// request, and marked, so that applying the output is safe.
+	if pod != nil && *examplePods {
+		fmt.Fprintf(stdout, "---\n"+examplePodNote+"# %s\n", pod.Pod.Spec.Containers[0].Image, pod.Comment)
 		if err := printObjects(stdout, "yaml", []any{pod.Pod}); err != nil {
 			fmt.Fprintf(stderr, "efakit claims: %v\n", err)
 			return 1

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -115,12 +114,11 @@ func newTopoView(t *topology.Topology, names *pcie.Names) topoView {
 }
 
 func cmdTopo(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("topo", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl := newFlags("topo")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	out := fl.String("o", "matrix", "output `format`: matrix or json")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
+		return code
 	}
 	if *out != "matrix" && *out != "json" {
 		fmt.Fprintf(stderr, "efakit topo: unknown output format %q (matrix, json)\n", *out)
@@ -132,6 +130,7 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer r.Close()
+	printNote(stderr, "efakit topo", r)
 	t, scanErr := topology.Scan(r)
 	names, _ := pcie.LoadNames()
 	v := newTopoView(t, names)

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// runAsMain tells the test binary, started again by runPlugin, to be the
+// plugin: main with the arguments after the binary's name.
+const runAsMain = "EFAKIT_PLUGIN_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runPlugin runs main in a process of its own, as the DaemonSet does, with
+// no cluster around it: none of the variables that point at an API server
+// or name the node, unless env sets them.
+func runPlugin(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG", "NODE_NAME", "EFA_GROUPS", "DRIVER_NAME":
+		default:
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, runAsMain+"=1"), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("running the plugin: %v", err)
+	}
+	return cmd.ProcessState.ExitCode(), o.String(), e.String()
+}
+
+// TestFlagsBeforeCluster: without a node name and without any cluster
+// configuration, the plugin says the node name is missing (a usage error),
+// not that there is no in-cluster configuration: every flag is checked
+// before anything reaches for the API.
+func TestFlagsBeforeCluster(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runPlugin(t, nil, "--sysfs", "../../testdata/sysfs/p5.48xlarge.sysfs")
+	assert.Equal(t, 2, code, errOut)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "--node-name (or NODE_NAME) is required")
+	assert.NotContains(t, errOut, "unable to load in-cluster configuration")
+
+	// With every flag right, the next thing is the cluster: here, its
+	// missing configuration.
+	code, _, errOut = runPlugin(t, nil, "--node-name", "n1", "--sysfs", "../../testdata/sysfs/p5.48xlarge.sysfs")
+	assert.Equal(t, 1, code, errOut)
+	assert.Contains(t, errOut, "unable to load in-cluster configuration")
+}
+
+// TestNodeNameChecked: a node name the API would refuse for a Node (a
+// DNS-1123 subdomain), from --node-name or NODE_NAME, stops the plugin
+// before it starts.
+func TestNodeNameChecked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, []string{"--node-name", "Bad_Node!"}},
+		{[]string{"NODE_NAME=Bad_Node!"}, nil},
+		{nil, []string{"--node-name", strings.Repeat("a", 254)}},
+	} {
+		code, out, errOut := runPlugin(t, tc.env, tc.args...)
+		assert.Equal(t, 2, code, errOut)
+		assert.Empty(t, out)
+		assert.Contains(t, errOut, "efakit-plugin: --node-name ", tc)
+		assert.Contains(t, errOut, " is not a valid node name: ", tc)
+		assert.NotContains(t, errOut, "unable to load in-cluster configuration", tc)
+	}
+}
+
+// TestUsage: --help and -h exit 0 with the usage on stdout; an argument
+// beyond the flags, an unknown flag or group mode is a usage error (exit 2,
+// on stderr); --version needs no node name.
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{"--help", "-h"} {
+		code, out, errOut := runPlugin(t, nil, h)
+		assert.Equal(t, 0, code, h)
+		assert.Empty(t, errOut, h)
+		assert.True(t, strings.HasPrefix(out, "usage: efakit-plugin [flags]\n"), out)
+		assert.Contains(t, out, "\n  -node-name ", h)
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--node-name", "n1", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--node-name", "n1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
+		{[]string{"--node-name", "n1", "--groups", "all"}, `--groups: unknown group mode "all"`},
+	} {
+		code, out, errOut := runPlugin(t, nil, tc.args...)
+		assert.Equal(t, 2, code, tc.args)
+		assert.Empty(t, out, tc.args)
+		assert.Contains(t, errOut, tc.msg, tc.args)
+		assert.NotContains(t, errOut, "unable to load in-cluster configuration", tc.args)
+	}
+	code, out, errOut := runPlugin(t, nil, "--version")
+	assert.Equal(t, 0, code, errOut)
+	assert.Equal(t, "efakit-plugin dev\n", out)
+}

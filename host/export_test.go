@@ -1,0 +1,4 @@
+package host
+
+// ParseNodeID is parseNodeID, for the fuzz target.
+var ParseNodeID = parseNodeID

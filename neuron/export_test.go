@@ -1,0 +1,4 @@
+package neuron
+
+// ParseIndex is parseIndex, for the fuzz target.
+var ParseIndex = parseIndex
