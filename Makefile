@@ -67,23 +67,39 @@ modzip:
 fixtures:
 	$(GO) run ./internal/fixturegen -o testdata/sysfs
 
-## bench: efakit's own benchmarks.
+## bench: efakit's own benchmarks, the scale benchmarks among them
+## (BenchmarkScale, BenchmarkScaleCapture: p5.48xlarge 1, 10 and 100 times
+## over); BENCHCOUNT runs of each, for the spread.
+BENCHCOUNT ?= 5
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCHCOUNT) $(PKGS)
 
 ## bench-compare: efakit against jaypipes/ghw and prometheus/procfs on the
 ## same trees, in one run (a separate module keeps them out of go.mod).
 bench-compare:
 	cd bench && $(GO) test -run='^$$' -bench=. -benchmem -count=5 ./...
 
-## fuzz: run every fuzz target for FUZZTIME each.
+## fuzz: run every fuzz target for FUZZTIME each, print each one's
+## executions a second (the total over the time, from go test's last
+## "execs:" line), and fail if any target failed. New inputs are kept as
+## found (FUZZMINIMIZETIME=1x): minimizing one of the kilobyte captures the
+## pipeline targets grow takes up to go's default minute, in which nothing
+## else runs. A failing input is written to the package's testdata/fuzz
+## either way.
+FUZZMINIMIZETIME ?= 1x
 fuzz:
-	@for pkg in $$($(GO) list $(PKGS)); do \
+	@mkdir -p bin; : > bin/fuzz-rates; failed=; \
+	for pkg in $$($(GO) list $(PKGS)); do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$t"; \
-	    $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	    $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg >bin/fuzz.log 2>&1; rc=$$?; \
+	    cat bin/fuzz.log; \
+	    awk -v t="$$pkg $$t" '/execs: /{el=$$3; n=$$5} END{s=0; if (match(el, /[0-9]+m/)) s+=60*substr(el, RSTART, RLENGTH-1); if (match(el, /[0-9.]+s/)) s+=substr(el, RSTART, RLENGTH-1); if (s>0) printf "%-64s %9d execs in %4ds: %7d/sec\n", t, n, s, n/s}' bin/fuzz.log >>bin/fuzz-rates; \
+	    if [ $$rc -ne 0 ]; then failed="$$failed $$pkg.$$t"; fi; \
 	  done; \
-	done
+	done; \
+	echo "== executions a second"; cat bin/fuzz-rates; \
+	if [ -n "$$failed" ]; then echo "== failed:$$failed"; exit 1; fi
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/efakit ./cmd/efakit

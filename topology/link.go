@@ -3,6 +3,7 @@ package topology
 import (
 	"slices"
 
+	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/pcie"
 )
 
@@ -70,20 +71,39 @@ func PCILink(a, b *pcie.Device) Link {
 		}
 		return LinkNode
 	}
-	ca, cb := a.Bridges(), b.Bridges()
-	common := 0
-	for common < len(ca) && common < len(cb) && ca[common] == cb[common] {
-		common++
+	// The bridges above each, from the root down, share a prefix of
+	// common ones: their deepest common bridge is at depth common.
+	da, db := depth(a), depth(b)
+	pa, pb := a.Parent, b.Parent
+	for range da - db {
+		pa = pa.Parent
+	}
+	for range db - da {
+		pb = pb.Parent
+	}
+	common := min(da, db)
+	for pa != pb {
+		pa, pb = pa.Parent, pb.Parent
+		common--
 	}
 	if common == 0 {
 		return LinkPHB
 	}
 	// The bridges on the way: the nearest common one, and those below it
 	// on either side.
-	if (len(ca)-common)+(len(cb)-common)+1 <= 1 {
+	if (da-common)+(db-common)+1 <= 1 {
 		return LinkPIX
 	}
 	return LinkPXB
+}
+
+// depth is the number of bridges above p.
+func depth(p *pcie.Device) int {
+	n := 0
+	for b := p.Parent; b != nil; b = b.Parent {
+		n++
+	}
+	return n
 }
 
 // Closest returns the devices of the other side closest to d: for an EFA
@@ -92,45 +112,59 @@ func PCILink(a, b *pcie.Device) Link {
 // Neuron-EFA attachment is the ground truth (trn1's roots are flat, so
 // the PCI tree alone puts four Neuron devices at the same distance from
 // each EFA).
+//
+// The answer comes from an index of the devices by root complex, bridge
+// and NUMA node, so it costs what it returns, not the machine's size.
 func (t *Topology) Closest(d *Device) []*Device {
-	var cands []*Device
-	for _, o := range t.Devices {
-		if o != d && o.IsAccelerator() != d.IsAccelerator() {
-			cands = append(cands, o)
-		}
-	}
-	if t.Table != nil && (d.Kind == KindNeuron || d.Kind == KindEFA) {
-		var out []*Device
-		for _, o := range cands {
-			if o.Kind != KindNeuron && d.Kind != KindNeuron {
-				continue
-			}
-			n, e := d, o
-			if d.Kind == KindEFA {
-				n, e = o, d
-			}
-			if n.NeuronIndex >= 0 && e.PCI != nil {
-				if a, ok := t.Table.NeuronEFA[n.NeuronIndex]; ok && a == e.PCI.Address {
-					out = append(out, o)
-				}
-			}
-		}
-		if len(out) > 0 || d.Kind == KindNeuron {
-			return out
-		}
-	}
-	best := LinkUnknown
-	var out []*Device
-	for _, o := range cands {
-		l := t.Link(d, o)
+	ix := t.ix()
+	if t.Table != nil {
 		switch {
-		case l < best:
-			best, out = l, []*Device{o}
-		case l == best && l != LinkUnknown:
-			out = append(out, o)
+		case d.Kind == KindNeuron:
+			if d.NeuronIndex < 0 {
+				return nil
+			}
+			a, ok := t.Table.NeuronEFA[d.NeuronIndex]
+			if !ok {
+				return nil
+			}
+			return ix.pick(ix.efaAt[a])
+		case d.Kind == KindEFA && d.PCI != nil:
+			if out := ix.neuronsOfEFA[d.PCI.Address]; len(out) > 0 {
+				return ix.pick(out)
+			}
 		}
 	}
-	return out
+	p := d.PCI
+	if p == nil {
+		return nil
+	}
+	// The other side, by link class from the best: the same function
+	// (SELF), the same upstream bridge (PIX), the same topmost bridge
+	// (PXB), the same root complex (PHB), a root of the same or an
+	// unknown NUMA node (NODE), any other (SYS).
+	o := &ix.sides[1-sideOf(d)]
+	if s := o.byPCI[p]; len(s) > 0 {
+		return ix.pick(s)
+	}
+	if p.Parent != nil {
+		if s := o.byParent[bridgeKey{p.Root, p.Parent}]; len(s) > 0 {
+			return ix.pick(s)
+		}
+		if s := o.byTop[bridgeKey{p.Root, top(p)}]; len(s) > 0 {
+			return ix.pick(s)
+		}
+	}
+	if s := o.byRoot[p.Root]; len(s) > 0 {
+		return ix.pick(s)
+	}
+	// No device of the other side shares the root complex from here on.
+	if p.NUMANode < 0 {
+		return ix.pick(o.withPCI)
+	}
+	if s := ix.pickMerged(o.byNUMA[p.NUMANode], o.byNUMA[-1]); len(s) > 0 {
+		return s
+	}
+	return ix.pick(o.withPCI)
 }
 
 // Standard are the standard DRA attributes of a device
@@ -159,19 +193,21 @@ func (t *Topology) StandardAttributes(d *Device) (Standard, bool) {
 	s := Standard{PCIeRoot: d.PCI.Root, PCIBusID: d.PCI.Address.String()}
 	if n := d.PCI.NUMANode; n >= 0 {
 		s.NUMANode = &n
-		s.NUMANodes = t.numaList(n)
+		if l, ok := t.ix().numaLists[n]; ok {
+			s.NUMANodes = slices.Clone(l)
+		} else {
+			s.NUMANodes = []int{n} // a node the host does not list
+		}
 	}
 	return s, true
 }
 
 // numaList is deviceattribute's list form: node first, then every other
-// node at the minimum distance whose socket is not known to differ.
-func (t *Topology) numaList(node int) []int {
+// node at the minimum distance whose socket is not known to differ. nodes
+// are the host's, by ID.
+func numaList(nodes map[int]*host.NUMANode, node int) []int {
 	out := []int{node}
-	if t.Host == nil {
-		return out
-	}
-	self := t.Host.Node(node)
+	self := nodes[node]
 	if self == nil || node >= len(self.Distances) {
 		return out
 	}
@@ -189,7 +225,7 @@ func (t *Topology) numaList(node int) []int {
 			continue
 		}
 		if self.Socket >= 0 {
-			if o := t.Host.Node(i); o != nil && o.Socket >= 0 && o.Socket != self.Socket {
+			if o := nodes[i]; o != nil && o.Socket >= 0 && o.Socket != self.Socket {
 				continue
 			}
 		}

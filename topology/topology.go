@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"sync"
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/host"
@@ -71,7 +72,9 @@ func (d *Device) NUMANode() int {
 // IsAccelerator reports a GPU or a Neuron device.
 func (d *Device) IsAccelerator() bool { return d.Kind != KindEFA }
 
-// Topology is one machine.
+// Topology is one machine. Treat it as read-only once built: Closest,
+// ByName and StandardAttributes answer from an index made at the first of
+// them, so a change to Devices, Table or Host after that goes unseen.
 type Topology struct {
 	Host *host.Info
 	// Table is the Neuron family table in use, nil when none applies.
@@ -86,6 +89,8 @@ type Topology struct {
 	InactiveEFAs []*pcie.Device
 
 	byPCI map[pcie.Address]*Device
+	once  sync.Once
+	idx   *index
 }
 
 // Scan reads a sysfs root and builds its topology, with one Reader so that
@@ -254,14 +259,7 @@ func (t *Topology) note(format string, args ...any) {
 func (t *Topology) Lookup(a pcie.Address) *Device { return t.byPCI[a] }
 
 // ByName returns the device with the given name, or nil.
-func (t *Topology) ByName(name string) *Device {
-	for _, d := range t.Devices {
-		if d.Name == name {
-			return d
-		}
-	}
-	return nil
-}
+func (t *Topology) ByName(name string) *Device { return t.ix().byName[name] }
 
 // Of returns the devices of one kind, in order.
 func (t *Topology) Of(k Kind) []*Device {
