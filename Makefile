@@ -94,7 +94,10 @@ fuzz:
 	    echo "== $$pkg $$t"; \
 	    $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg >bin/fuzz.log 2>&1; rc=$$?; \
 	    cat bin/fuzz.log; \
-	    awk -v t="$$pkg $$t" '/execs: /{el=$$3; n=$$5} END{s=0; if (match(el, /[0-9]+m/)) s+=60*substr(el, RSTART, RLENGTH-1); if (match(el, /[0-9.]+s/)) s+=substr(el, RSTART, RLENGTH-1); if (s>0) printf "%-64s %9d execs in %4ds: %7d/sec\n", t, n, s, n/s}' bin/fuzz.log >>bin/fuzz-rates; \
+	    awk -v t="$$pkg $$t" '/execs: /{el=$$3; n=$$5} END{s=0; if (match(el, /[0-9]+m/)) s+=60*substr(el, RSTART, RLENGTH-1); if (match(el, /[0-9.]+s/)) s+=substr(el, RSTART, RLENGTH-1); if (s>0) printf "%-64s %9d execs in %4ds: %7d/sec\n", t, n, s, n/s; else printf "%-64s no execs: the baseline coverage of the cached corpus took the time\n", t}' bin/fuzz.log >>bin/fuzz-rates; \
+	    if [ $$rc -ne 0 ] && grep -q '^    context deadline exceeded$$' bin/fuzz.log && ! grep -q 'Failing input written' bin/fuzz.log; then \
+	      echo "$$pkg $$t: \"context deadline exceeded\" without a failing input is go.dev/issue/75804 (fixed in Go 1.27), not a failure" >>bin/fuzz-rates; rc=0; \
+	    fi; \
 	    if [ $$rc -ne 0 ]; then failed="$$failed $$pkg.$$t"; fi; \
 	  done; \
 	done; \
