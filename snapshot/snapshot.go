@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -74,6 +75,12 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 				}
 			}
 		}
+		// A function none of whose files could be read: its link would
+		// dangle in the capture.
+		if _, ok := c.out[real]; !ok && !c.hasUnder(real) {
+			delete(c.out, link)
+			c.skipped = append(c.skipped, fmt.Sprintf("%s: nothing under %s could be read", link, real))
+		}
 	}
 	// Class links into what was captured.
 	for _, class := range []string{"class/infiniband", "class/infiniband_verbs", "class/net", "class/neuron_device"} {
@@ -121,8 +128,12 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 			}
 		}
 	}
+	// neuron.ReadClass lists the class devices where they lie, not through
+	// class/neuron_device: a device without its class link is read too.
+	c.tree(neuron.ClassDir)
 	c.file("devices/virtual/dmi/id/product_name")
-	if _, err := c.r.Resolve("class/dmi/id"); err == nil {
+	// The link only where it leads to what was captured: it would dangle.
+	if t, err := c.r.Resolve("class/dmi/id"); err == nil && c.hasUnder(t) {
 		if _, err := c.link("class/dmi/id"); err != nil {
 			c.errs = append(c.errs, err)
 		}
