@@ -19,7 +19,7 @@ import (
 func cmdSnapshot(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("snapshot")
 	root := fl.String("sysfs", "/sys", "sysfs `root` to capture: a directory or a capture file")
-	out := fl.String("o", "", "capture `file` to write (- for standard output)")
+	out := fl.String("o", "", "capture `file` to write, in an existing directory, over nothing or a regular file (- for standard output)")
 	unpack := fl.String("unpack", "", "also unpack the capture into this `directory` (must not exist)")
 	noScrub := fl.Bool("no-scrub", false, "keep MAC addresses, GIDs and GUIDs as read")
 	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
