@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -15,18 +16,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/sysfs"
 )
 
 // portDownFixture is the p5 capture with the port of the EFA at
 // 0000:50:00.0 DOWN.
 func portDownFixture(t *testing.T) string {
 	t.Helper()
-	capture, err := os.ReadFile("../../testdata/sysfs/p5.48xlarge.sysfs")
+	f, err := os.Open("../../testdata/sysfs/p5.48xlarge.sysfs")
 	require.NoError(t, err)
-	const state = `0000:50:00.0/infiniband/rdmap80s0/ports/1/state "4: ACTIVE\n"`
-	require.Contains(t, string(capture), state)
+	defer f.Close()
+	entries, err := sysfs.ParseCapture(f)
+	require.NoError(t, err)
+	const state = "0000:50:00.0/infiniband/rdmap80s0/ports/1/state"
+	found := false
+	for i, e := range entries {
+		if strings.HasSuffix(e.Path, state) {
+			require.Equal(t, "4: ACTIVE\n", string(e.Data))
+			entries[i].Data = []byte("1: DOWN\n")
+			found = true
+		}
+	}
+	require.True(t, found, state)
+	// Written anew, so that its end marker sums what it holds.
+	var b bytes.Buffer
+	require.NoError(t, sysfs.WriteCapture(&b, []string{"p5.48xlarge, rdmap80s0's port DOWN"}, entries))
 	fixture := filepath.Join(t.TempDir(), "p5-port-down.sysfs")
-	require.NoError(t, os.WriteFile(fixture, []byte(strings.Replace(string(capture), state, `0000:50:00.0/infiniband/rdmap80s0/ports/1/state "1: DOWN\n"`, 1)), 0o644))
+	require.NoError(t, os.WriteFile(fixture, b.Bytes(), 0o644))
 	return fixture
 }
 
