@@ -195,7 +195,7 @@ func probeNode(path string, major, minor uint32, open func(string) error) nodePr
 		return nodeProbe{State: nodeStatFailed, Err: err}
 	}
 	if fi.Mode().Type() != fs.ModeDevice|fs.ModeCharDevice {
-		return nodeProbe{State: nodeNotCharDevice, Kind: describeType(fi.Mode())}
+		return nodeProbe{State: nodeNotCharDevice, Kind: sysfs.TypeName(fi.Mode())}
 	}
 	if ma, mi, ok := deviceNumber(fi); ok && (ma != major || mi != minor) {
 		return nodeProbe{State: nodeWrongNumber, Major: ma, Minor: mi}
@@ -204,26 +204,6 @@ func probeNode(path string, major, minor uint32, open func(string) error) nodePr
 		return nodeProbe{State: nodeOpenFailed, Err: err}
 	}
 	return nodeProbe{State: nodeOpenable}
-}
-
-// describeType names what a file is, for a message.
-func describeType(m fs.FileMode) string {
-	switch t := m.Type(); {
-	case t == 0:
-		return "a regular file"
-	case t&fs.ModeDir != 0:
-		return "a directory"
-	case t&fs.ModeCharDevice != 0:
-		return "a character device"
-	case t&fs.ModeDevice != 0:
-		return "a block device"
-	case t&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case t&fs.ModeSocket != 0:
-		return "a socket"
-	default:
-		return "a " + t.String() + " file"
-	}
 }
 
 // openable returns the uverbs devices whose node this process can open;

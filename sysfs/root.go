@@ -140,24 +140,33 @@ func (f rootFS) Stat(name string) (fs.FileInfo, error) {
 // notRegular is nil for a regular file or a directory, and ErrNotRegular
 // saying what it is for anything else.
 func notRegular(m fs.FileMode) error {
-	var what string
-	switch t := m.Type(); {
-	case t == 0, t == fs.ModeDir:
+	if t := m.Type(); t == 0 || t == fs.ModeDir {
 		return nil
-	case t&fs.ModeNamedPipe != 0:
-		what = "a named pipe"
-	case t&fs.ModeSocket != 0:
-		what = "a socket"
-	case t&fs.ModeCharDevice != 0:
-		what = "a character device"
-	case t&fs.ModeDevice != 0:
-		what = "a block device"
-	case t&fs.ModeSymlink != 0:
-		what = "a symbolic link"
-	default:
-		what = "type " + t.String()
 	}
-	return fmt.Errorf("%w: %s", ErrNotRegular, what)
+	return fmt.Errorf("%w: %s", ErrNotRegular, TypeName(m))
+}
+
+// TypeName names the type of a file for a message: "a regular file", "a
+// directory", "a named pipe" and so on.
+func TypeName(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t == 0:
+		return "a regular file"
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a block device"
+	default:
+		return "a file of type " + t.String()
+	}
 }
 
 // OpenCapture reads the capture file name into memory. A named pipe,

@@ -195,25 +195,7 @@ func replaceable(d *os.Root, name, base string) error {
 		return fmt.Errorf("write %s: %w", name, sysfs.Cause(err))
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("write %s: %s, not a regular file: refused", name, typeName(fi.Mode()))
+		return fmt.Errorf("write %s: %s, not a regular file: refused", name, sysfs.TypeName(fi.Mode()))
 	}
 	return nil
-}
-
-func typeName(m fs.FileMode) string {
-	switch t := m.Type(); {
-	case t&fs.ModeDir != 0:
-		return "a directory"
-	case t&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case t&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case t&fs.ModeSocket != 0:
-		return "a socket"
-	case t&fs.ModeCharDevice != 0:
-		return "a character device"
-	case t&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return "of type " + m.Type().String()
 }
