@@ -72,6 +72,9 @@ type Device struct {
 	// (PCI.Path/p2p: "NVIDIA", "NEURON"...); "" where the file is absent
 	// or damaged.
 	P2P string
+	// Optional says which optional attributes discovery read: all with
+	// Discover, those asked for with DiscoverOnly.
+	Optional Optional
 }
 
 // Port is one port of an RDMA device, from infiniband/<name>/ports/<n>/.
@@ -158,9 +161,26 @@ type Result struct {
 	Inactive []*pcie.Device
 }
 
+// Optional names the attributes of an EFA that discovery may leave
+// unread: nothing efakit shows or publishes uses them.
+type Optional uint8
+
+const (
+	OptSysImageGUID Optional = 1 << iota // sys_image_guid: Device.SysImageGUID
+	OptFirmwareVer                       // fw_ver: Device.FirmwareVer
+	OptAll          = OptSysImageGUID | OptFirmwareVer
+)
+
 // Discover finds the EFAs among the functions of tree. It returns what it
 // could read, and one error per damaged device or file, joined.
 func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
+	return DiscoverOnly(r, tree, OptAll)
+}
+
+// DiscoverOnly is Discover reading, of each EFA's optional attributes,
+// only those in want; the others stay "", and Device.Optional says which
+// were read.
+func DiscoverOnly(r *sysfs.Reader, tree *pcie.Tree, want Optional) (*Result, error) {
 	res := &Result{}
 	var errs []error
 	enas := enaNetdevs(r, tree, &errs)
@@ -191,7 +211,7 @@ func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
 			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("RDMA device left out: %w", err)})
 			continue
 		}
-		dev, derrs := readDevice(r, d, ents[0].Name())
+		dev, derrs := readDevice(r, d, ents[0].Name(), want)
 		errs = append(errs, derrs...)
 		if dev != nil {
 			res.EFAs = append(res.EFAs, dev)
@@ -201,9 +221,9 @@ func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
 	return res, errors.Join(errs...)
 }
 
-func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []error) {
+func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (*Device, []error) {
 	ib := pci.Path + "/infiniband/" + name
-	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib}
+	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib, Optional: want}
 	var errs []error
 	fail := func(file string, err error) {
 		errs = append(errs, &Error{Device: name, File: file, Err: sysfs.Cause(err)})
@@ -214,7 +234,15 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string) (*Device, []erro
 		name  string
 		dst   *string
 		check func(string) error
-	}{{"node_guid", &d.NodeGUID, checkGUID}, {"sys_image_guid", &d.SysImageGUID, checkGUID}, {"fw_ver", &d.FirmwareVer, pcie.CheckText}} {
+		opt   Optional
+	}{
+		{"node_guid", &d.NodeGUID, checkGUID, 0}, // efakit list
+		{"sys_image_guid", &d.SysImageGUID, checkGUID, OptSysImageGUID},
+		{"fw_ver", &d.FirmwareVer, pcie.CheckText, OptFirmwareVer},
+	} {
+		if f.opt != 0 && want&f.opt == 0 {
+			continue
+		}
 		s, err := r.ReadString(ib + "/" + f.name)
 		if err == nil {
 			err = f.check(s)

@@ -53,6 +53,9 @@ type ClassDevice struct {
 	ArchType   string // info/architecture/arch_type, "NDv2"
 	Instance   string // info/architecture/instance_type, "Trn1"
 	DeviceName string // info/architecture/device_name, "Trainium1"
+	// Optional says which optional attributes were read: all with
+	// ReadClass, those asked for with ReadClassOnly.
+	Optional Optional
 }
 
 // Error is the error for one class device (or the class directory): which
@@ -86,9 +89,27 @@ func parseIndex(name string) (int, bool) {
 	return n, n <= 1023
 }
 
+// Optional names the attributes of a class device that ReadClassOnly may
+// leave unread: the topology needs only which indexes exist.
+type Optional uint8
+
+const (
+	OptCoreCount Optional = 1 << iota // core_count: ClassDevice.CoreCount
+	OptConnected                      // connected_devices: ClassDevice.Connected
+	OptArch                           // info/architecture/*: ArchType, Instance, DeviceName
+	OptAll       = OptCoreCount | OptConnected | OptArch
+)
+
 // ReadClass reads the neuron driver's class devices, by index. A machine
 // without the driver has none, and no error.
 func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
+	return ReadClassOnly(r, OptAll)
+}
+
+// ReadClassOnly is ReadClass reading, of each class device's optional
+// attributes, only those in want; the others stay unknown (0, nil, ""),
+// and ClassDevice.Optional says which were read.
+func ReadClassOnly(r *sysfs.Reader, want Optional) ([]ClassDevice, error) {
 	ents, err := r.ReadDir(ClassDir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -113,7 +134,7 @@ func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
 			continue
 		}
 		dir := ClassDir + "/" + e.Name()
-		d := ClassDevice{Index: n}
+		d := ClassDevice{Index: n, Optional: want}
 		fail := func(f string, err error) {
 			errs = append(errs, &Error{Device: e.Name(), File: dir + "/" + f, Err: sysfs.Cause(err)})
 		}
@@ -131,20 +152,24 @@ func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
 				fail(f, err)
 			}
 		}
-		optional("core_count", func(s string) error {
-			c, err := ParseCoreCount(s)
-			if err == nil {
-				d.CoreCount = c
-			}
-			return err
-		})
-		optional("connected_devices", func(s string) error {
-			c, err := ParseConnected(s)
-			if err == nil {
-				d.Connected = c
-			}
-			return err
-		})
+		if want&OptCoreCount != 0 {
+			optional("core_count", func(s string) error {
+				c, err := ParseCoreCount(s)
+				if err == nil {
+					d.CoreCount = c
+				}
+				return err
+			})
+		}
+		if want&OptConnected != 0 {
+			optional("connected_devices", func(s string) error {
+				c, err := ParseConnected(s)
+				if err == nil {
+					d.Connected = c
+				}
+				return err
+			})
+		}
 		text := func(dst *string) func(string) error {
 			return func(s string) error {
 				err := pcie.CheckText(s)
@@ -154,9 +179,11 @@ func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
 				return err
 			}
 		}
-		optional("info/architecture/arch_type", text(&d.ArchType))
-		optional("info/architecture/instance_type", text(&d.Instance))
-		optional("info/architecture/device_name", text(&d.DeviceName))
+		if want&OptArch != 0 {
+			optional("info/architecture/arch_type", text(&d.ArchType))
+			optional("info/architecture/instance_type", text(&d.Instance))
+			optional("info/architecture/device_name", text(&d.DeviceName))
+		}
 		out = append(out, d)
 	}
 	slices.SortFunc(out, func(a, b ClassDevice) int { return a.Index - b.Index })

@@ -63,9 +63,11 @@ type Device struct {
 	// without a uevent; "" when unbound, or when the link is damaged or
 	// names no printable driver (CheckName). A DRIVER that CheckName
 	// refuses damages the uevent: the function is left out.
-	Driver    string
-	NUMANode  int     // numa_node; NoNUMA when -1, absent or damaged
-	LocalCPUs CPUList // local_cpulist; nil when absent or damaged
+	Driver   string
+	NUMANode int // numa_node; NoNUMA when -1, absent or damaged
+	// LocalCPUs is local_cpulist; nil when absent or damaged. The
+	// functions of one Discover with the same list share it: read-only.
+	LocalCPUs CPUList
 	// Root is the root complex, the first component under devices/
 	// ("pci0000:44"), as the standard pcieRoot attribute.
 	Root string
@@ -73,6 +75,10 @@ type Device struct {
 	Parent *Device
 	// Children are the functions directly below a bridge, in address order.
 	Children []*Device
+	// Optional says which optional attributes discovery read: all of
+	// them with Discover, those asked for with DiscoverOnly. An
+	// attribute not read keeps its unknown value.
+	Optional Optional
 }
 
 // IsBridge reports whether the function is a PCI-to-PCI bridge (a root
@@ -115,20 +121,46 @@ func (e *DeviceError) Error() string {
 
 func (e *DeviceError) Unwrap() error { return e.Err }
 
+// Optional names the attributes of a function that discovery may leave
+// unread: it needs only the uevent (or the vendor, device, class and
+// driver files without one) to know and place a function.
+type Optional uint8
+
+const (
+	OptRevision  Optional = 1 << iota // revision: Device.Revision
+	OptNUMANode                       // numa_node: Device.NUMANode
+	OptLocalCPUs                      // local_cpulist: Device.LocalCPUs
+	OptAll       = OptRevision | OptNUMANode | OptLocalCPUs
+)
+
 // Discover reads every function listed in bus/pci/devices. It returns the
 // functions it could read and, joined, one error per function or file it
 // could not: a function whose vendor, device or class cannot be read is
 // left out; one whose optional attributes are damaged is kept, with the
 // damaged field unknown.
 func Discover(r *sysfs.Reader) (*Tree, error) {
-	ents, err := r.ReadDir(DevicesDir)
+	return DiscoverOnly(r, func(*Device) Optional { return OptAll })
+}
+
+// DiscoverOnly is Discover reading, of each function's optional
+// attributes, only those want returns for it (want sees the function's
+// IDs, class and driver). The others keep their unknown values, and
+// Device.Optional says which were read. Each attribute is a file: on a
+// p5.48xlarge, whose 121 functions include 65 switch ports, reading them
+// only where they are used saves four system calls each.
+func DiscoverOnly(r *sysfs.Reader, want func(*Device) Optional) (*Tree, error) {
+	// Every entry is a link that is followed: read them with the listing.
+	ents, err := r.ReadDirLinks(DevicesDir)
 	if err != nil {
 		return &Tree{byAddr: map[Address]*Device{}}, fmt.Errorf("pci: %w", err)
 	}
 	t := &Tree{byAddr: make(map[Address]*Device, len(ents))}
 	var errs []error
+	// Every function of a NUMA node has the same local_cpulist: parse
+	// each distinct one once, and let the functions share it.
+	cpus := map[string]CPUList{}
 	for _, e := range ents {
-		d, derrs := readDevice(r, e.Name())
+		d, derrs := readDevice(r, e.Name(), cpus, want)
 		errs = append(errs, derrs...)
 		if d == nil {
 			continue
@@ -159,7 +191,7 @@ func Discover(r *sysfs.Reader) (*Tree, error) {
 
 // readDevice reads one function. It returns nil when a required file is
 // missing or damaged.
-func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
+func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, want func(*Device) Optional) (*Device, []error) {
 	link := path.Join(DevicesDir, name)
 	fail := func(file string, err error) []error {
 		return []error{&DeviceError{Address: name, File: file, Err: sysfs.Cause(err)}}
@@ -168,6 +200,11 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 	if err != nil {
 		return nil, fail(link, err)
 	}
+	// uevent is read through the link before the link is resolved: on a
+	// directory root the open refuses any link on the way, so when it
+	// succeeds the Reader knows the function's directory, and resolving
+	// the link below asks the file system nothing more.
+	ue, ueErr := r.ReadString(link + "/uevent")
 	real, err := r.Resolve(link)
 	if err != nil {
 		return nil, fail(link, err)
@@ -192,7 +229,7 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 	// attribute files take six reads; those are the fallback for a kernel
 	// (or a capture) without it.
 	idsFromUevent := false
-	switch s, err := r.ReadString(file("uevent")); {
+	switch s, err := ue, ueErr; {
 	case err == nil:
 		u, perr := ParseUevent(s)
 		if perr != nil {
@@ -270,23 +307,35 @@ func readDevice(r *sysfs.Reader, name string) (*Device, []error) {
 			errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: sysfs.Cause(err)})
 		}
 	}
-	optional("revision", hexInto(8, func(v uint64) { d.Revision = uint8(v) }))
+	d.Optional = want(d)
+	if d.Optional&OptRevision != 0 {
+		optional("revision", hexInto(8, func(v uint64) { d.Revision = uint8(v) }))
+	}
 	// A value that does not parse stays unknown (NoNUMA, no CPUs), with
 	// the error: never the parser's zero.
-	optional("numa_node", func(s string) error {
-		n, err := ParseNUMANode(s)
-		if err == nil {
-			d.NUMANode = n
-		}
-		return err
-	})
-	optional("local_cpulist", func(s string) error {
-		c, err := ParseCPUList(s)
-		if err == nil {
+	if d.Optional&OptNUMANode != 0 {
+		optional("numa_node", func(s string) error {
+			n, err := ParseNUMANode(s)
+			if err == nil {
+				d.NUMANode = n
+			}
+			return err
+		})
+	}
+	if d.Optional&OptLocalCPUs != 0 {
+		optional("local_cpulist", func(s string) error {
+			c, ok := cpus[s]
+			if !ok {
+				var err error
+				if c, err = ParseCPUList(s); err != nil {
+					return err
+				}
+				cpus[s] = c
+			}
 			d.LocalCPUs = c
-		}
-		return err
-	})
+			return nil
+		})
+	}
 	return d, errs
 }
 

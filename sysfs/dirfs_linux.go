@@ -1,6 +1,7 @@
 package sysfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,6 +32,23 @@ type dirFS struct {
 	// ask, when set (by tests), sees every question that reaches the
 	// file system: the operation and the path.
 	ask func(op, name string)
+	// calls, when set (by tests), counts the system calls made, by name.
+	calls *syscalls
+}
+
+// syscalls counts system calls by name.
+type syscalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// made counts one system call; a no-op unless a test asked for counts.
+func (d *dirFS) made(name string) {
+	if c := d.calls; c != nil {
+		c.mu.Lock()
+		c.n[name]++
+		c.mu.Unlock()
+	}
 }
 
 var errNoOpenat2 = errors.New("openat2 not available")
@@ -81,6 +100,7 @@ func (d *dirFS) openat2(op, name string, flags uint64) (int, error) {
 	// under a lease.
 	for range 8 {
 		fd, err = unix.Openat2(d.fd(), name, &unix.OpenHow{Flags: flags, Resolve: resolveFlags})
+		d.made("openat2")
 		if err != unix.EINTR && err != unix.EAGAIN {
 			break
 		}
@@ -117,27 +137,35 @@ func (d *dirFS) open(op, name string) (*fdFile, error) {
 		return nil, err
 	}
 	var st unix.Stat_t
+	d.made("fstat")
 	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+		d.close(fd)
 		return nil, &fs.PathError{Op: op, Path: name, Err: err}
 	}
 	if e := notRegular(statInfo{st: st}.Mode()); e != nil {
-		unix.Close(fd)
+		d.close(fd)
 		return nil, &fs.PathError{Op: op, Path: name, Err: e}
 	}
 	// A bare descriptor, not an *os.File: os.NewFile costs an fcntl(2) to
 	// probe for non-blocking mode, a fifth of a small file's system calls.
-	return &fdFile{fd: fd, name: name}, nil
+	return &fdFile{fd: fd, name: name, d: d}, nil
+}
+
+func (d *dirFS) close(fd int) error {
+	d.made("close")
+	return unix.Close(fd)
 }
 
 // fdFile is an open regular file or directory read with plain read(2).
 type fdFile struct {
 	fd   int
 	name string
+	d    *dirFS
 }
 
 func (f *fdFile) Read(b []byte) (int, error) {
 	for {
+		f.d.made("read")
 		n, err := unix.Read(f.fd, b)
 		if err == unix.EINTR {
 			continue
@@ -152,10 +180,11 @@ func (f *fdFile) Read(b []byte) (int, error) {
 	}
 }
 
-func (f *fdFile) Close() error { return unix.Close(f.fd) }
+func (f *fdFile) Close() error { return f.d.close(f.fd) }
 
 func (f *fdFile) Stat() (fs.FileInfo, error) {
 	var st unix.Stat_t
+	f.d.made("fstat")
 	if err := unix.Fstat(f.fd, &st); err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: f.name, Err: err}
 	}
@@ -165,6 +194,7 @@ func (f *fdFile) Stat() (fs.FileInfo, error) {
 // ReadDir lets fs.ReadDir and callers that type-assert fs.ReadDirFile list
 // a directory opened as a plain descriptor.
 func (f *fdFile) ReadDir(n int) ([]fs.DirEntry, error) {
+	f.d.made("dup")
 	fd, err := unix.Dup(f.fd)
 	if err != nil {
 		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: err}
@@ -182,21 +212,162 @@ func (d *dirFS) OpenNoFollow(name string) (fs.File, error) {
 
 func (d *dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	d.asked("readdir", name)
-	// O_DIRECTORY: the kernel opens nothing else, so no type check, and
-	// no O_NONBLOCK, which would have os.NewFile in fdFile.ReadDir add
-	// the descriptor to the poller.
-	fd, err := d.openat2("readdir", name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOCTTY|unix.O_CLOEXEC)
+	ents, _, err := d.readDir("readdir", name, false)
+	return ents, err
+}
+
+// ReadDirNoFollow is ReadDir: openat2 refuses links in every open.
+func (d *dirFS) ReadDirNoFollow(name string) ([]fs.DirEntry, error) {
+	d.asked("readdir", name)
+	ents, _, err := d.readDir("readdir", name, false)
+	return ents, err
+}
+
+// ReadDirLinks lists name and reads the target of every symbolic link in
+// it while the directory is open: one readlinkat(2) per link, relative to
+// the directory, where ReadLink of each would open the link first.
+func (d *dirFS) ReadDirLinks(name string) ([]fs.DirEntry, map[string]string, error) {
+	d.asked("readdir", name)
+	return d.readDir("readdir", name, true)
+}
+
+// direntBufSize holds a few hundred sysfs entries: one getdents64(2)
+// lists a PCI function's directory, or bus/pci/devices of a p5.48xlarge.
+const direntBufSize = 16 << 10
+
+// readDir lists name with getdents64(2) on the descriptor openat2 gave:
+// an open, the reads, a close, and no more (os.File's ReadDir would dup
+// the descriptor and probe its flags). The kernel's d_type gives each
+// entry's type; where a file system does not fill it, an fstatat(2)
+// relative to the directory does.
+func (d *dirFS) readDir(op, name string, links bool) ([]fs.DirEntry, map[string]string, error) {
+	// O_DIRECTORY: the kernel opens nothing else, so no type check.
+	fd, err := d.openat2(op, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOCTTY|unix.O_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	f := &fdFile{fd: fd, name: name}
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+	defer d.close(fd)
+	var targets map[string]string
+	var ents []fs.DirEntry
+	buf := make([]byte, direntBufSize)
+	for {
+		d.made("getdents64")
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		for b := buf[:n]; len(b) >= direntHeader; {
+			reclen := int(b[16]) | int(b[17])<<8
+			if reclen < direntHeader || reclen > len(b) {
+				return nil, nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("malformed directory entry")}
+			}
+			rec := b[:reclen]
+			b = b[reclen:]
+			nameb := rec[direntHeader:]
+			if i := bytes.IndexByte(nameb, 0); i >= 0 {
+				nameb = nameb[:i]
+			}
+			ename := string(nameb)
+			if ename == "." || ename == ".." {
+				continue
+			}
+			typ, known := direntType(rec[18])
+			if !known {
+				var st unix.Stat_t
+				d.made("fstatat")
+				if err := unix.Fstatat(fd, ename, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+					if err == unix.ENOENT {
+						continue // gone since the listing
+					}
+					return nil, nil, &fs.PathError{Op: op, Path: name + "/" + ename, Err: err}
+				}
+				typ = statInfo{st: st}.Mode().Type()
+			}
+			ents = append(ents, &dirent{dir: d, path: name, name: ename, typ: typ})
+			if links && typ == fs.ModeSymlink {
+				t, err := d.readlinkat(fd, ename)
+				if err != nil {
+					return nil, nil, &fs.PathError{Op: "readlink", Path: name + "/" + ename, Err: err}
+				}
+				if targets == nil {
+					targets = map[string]string{}
+				}
+				targets[ename] = t
+			}
+		}
 	}
 	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return ents, nil
+	return ents, targets, nil
+}
+
+// direntHeader is the size of linux_dirent64 before its name: inode (8),
+// offset (8), record length (2), type (1).
+const direntHeader = 19
+
+func direntType(t byte) (fs.FileMode, bool) {
+	switch t {
+	case unix.DT_REG:
+		return 0, true
+	case unix.DT_DIR:
+		return fs.ModeDir, true
+	case unix.DT_LNK:
+		return fs.ModeSymlink, true
+	case unix.DT_FIFO:
+		return fs.ModeNamedPipe, true
+	case unix.DT_SOCK:
+		return fs.ModeSocket, true
+	case unix.DT_CHR:
+		return fs.ModeDevice | fs.ModeCharDevice, true
+	case unix.DT_BLK:
+		return fs.ModeDevice, true
+	}
+	return 0, false
+}
+
+// dirent is one entry of a listing; Info describes it when asked.
+type dirent struct {
+	dir  *dirFS
+	path string
+	name string
+	typ  fs.FileMode
+}
+
+func (e *dirent) Name() string      { return e.name }
+func (e *dirent) IsDir() bool       { return e.typ.IsDir() }
+func (e *dirent) Type() fs.FileMode { return e.typ }
+func (e *dirent) String() string    { return fs.FormatDirEntry(e) }
+func (e *dirent) Info() (fs.FileInfo, error) {
+	p := e.name
+	if e.path != "." {
+		p = e.path + "/" + e.name
+	}
+	return e.dir.Lstat(p)
+}
+
+// readlinkat reads the link name relative to dirfd ("" for the link
+// dirfd itself), growing its buffer up to 64 KiB.
+func (d *dirFS) readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		d.made("readlinkat")
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		if len(buf) >= 1<<16 {
+			return "", fmt.Errorf("link target longer than %d bytes", len(buf))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // entry opens name itself, a link included, for a question about it; at
@@ -219,11 +390,12 @@ func (d *dirFS) ReadLink(name string) (string, error) {
 	}
 	dirfd, rel := d.fd(), name
 	if fd >= 0 {
-		defer unix.Close(fd)
+		defer d.close(fd)
 		dirfd, rel = fd, "" // the link itself (readlinkat(2), empty path)
 	}
 	buf := make([]byte, 256)
 	for {
+		d.made("readlinkat")
 		n, err := unix.Readlinkat(dirfd, rel, buf)
 		if err == unix.ENOENT && fd >= 0 {
 			err = unix.EINVAL // the entry exists: it is not a link
@@ -257,9 +429,11 @@ func (d *dirFS) lstat(op, name string) (unix.Stat_t, error) {
 		return st, err
 	}
 	if fd >= 0 {
+		d.made("fstat")
 		err = unix.Fstat(fd, &st)
-		unix.Close(fd)
+		d.close(fd)
 	} else {
+		d.made("fstatat")
 		err = unix.Fstatat(d.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	if err != nil {
@@ -276,8 +450,9 @@ func (d *dirFS) Stat(name string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
+	defer d.close(fd)
 	var st unix.Stat_t
+	d.made("fstat")
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
 	}

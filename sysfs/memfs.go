@@ -224,17 +224,44 @@ func (m *MemFS) openNode(name string, n *node) (fs.File, error) {
 
 // OpenNoFollow opens name only when no component of it is a symbolic link.
 func (m *MemFS) OpenNoFollow(name string) (fs.File, error) {
-	n := m.get(name)
-	if n == nil {
-		if _, err := m.lookup("open", name, false); err != nil {
-			return nil, err
-		}
-		return nil, &fs.PathError{Op: "open", Path: name, Err: errLinkInPath}
-	}
-	if n.kind == KindLink {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: errLinkInPath}
+	n, err := m.noFollow("open", name)
+	if err != nil {
+		return nil, err
 	}
 	return m.openNode(name, n)
+}
+
+// noFollow finds name when no component of it is a symbolic link, as
+// openat2(2) with RESOLVE_NO_SYMLINKS does: errLinkInPath at the first
+// link on the way, whatever lies beyond it; fs.ErrNotExist when a
+// component is missing before any link.
+func (m *MemFS) noFollow(op, name string) (*node, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if n := m.get(name); n != nil {
+		if n.kind == KindLink {
+			return nil, &fs.PathError{Op: op, Path: name, Err: errLinkInPath}
+		}
+		return n, nil
+	}
+	// Some component is missing, or is a link (nothing below a link is
+	// indexed): the first one that is not a directory says which.
+	for i := 0; i <= len(name); i++ {
+		if i < len(name) && name[i] != '/' {
+			continue
+		}
+		n := m.get(name[:i])
+		switch {
+		case n == nil:
+			return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		case n.kind == KindLink:
+			return nil, &fs.PathError{Op: op, Path: name, Err: errLinkInPath}
+		case n.kind != KindDir:
+			return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%s is not a directory", name[:i])}
+		}
+	}
+	return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
 }
 
 // ReadLink returns the target of the link name.
@@ -284,6 +311,15 @@ func (m *MemFS) ReadDir(name string) ([]fs.DirEntry, error) {
 		out[i] = fs.FileInfoToDirEntry(info{c})
 	}
 	return out, nil
+}
+
+// ReadDirNoFollow lists name only when no component of it is a symbolic
+// link.
+func (m *MemFS) ReadDirNoFollow(name string) ([]fs.DirEntry, error) {
+	if _, err := m.noFollow("readdir", name); err != nil {
+		return nil, err
+	}
+	return m.ReadDir(name)
 }
 
 // Entries returns every entry of the tree, sorted by path: what

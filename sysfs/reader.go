@@ -11,6 +11,7 @@
 package sysfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -67,6 +68,12 @@ type Reader struct {
 	real map[string]string
 	// dirs caches directory listings by resolved path.
 	dirs map[string][]fs.DirEntry
+	// gone remembers what was found missing, by the name asked for
+	// (ReadFile, ReadDir) and by resolved path (kindOf), so that a file
+	// or directory that is not there is looked for once.
+	gone map[string]error
+	// buf is the page every file is read into first.
+	buf []byte
 }
 
 // NewReader returns a Reader of fsys.
@@ -80,6 +87,7 @@ func NewReader(fsys fs.ReadLinkFS) *Reader {
 		link: make(map[string]string),
 		real: make(map[string]string),
 		dirs: make(map[string][]fs.DirEntry),
+		gone: make(map[string]error),
 	}
 }
 
@@ -250,9 +258,16 @@ func (r *Reader) kindOf(p string) (fs.FileMode, error) {
 	if k, ok := r.kind[p]; ok {
 		return k, nil
 	}
+	if err, ok := r.gone["\x00"+p]; ok {
+		return 0, err
+	}
 	fi, err := r.fsys.Lstat(p)
 	if err != nil {
-		return 0, stripPathError(err)
+		err = stripPathError(err)
+		if errors.Is(err, fs.ErrNotExist) {
+			r.gone["\x00"+p] = err
+		}
+		return 0, err
 	}
 	k := fi.Mode().Type() & (fs.ModeSymlink | fs.ModeDir)
 	r.kind[p] = k
@@ -311,15 +326,169 @@ func (r *Reader) ReadLink(name string) (string, error) {
 
 // ReadDir lists the directory name after resolving it.
 func (r *Reader) ReadDir(name string) ([]fs.DirEntry, error) {
+	ents, _, err := r.readDir(name, false)
+	return ents, err
+}
+
+// ReadDirLinks is ReadDir that also reads the target of every symbolic
+// link in the directory, for a caller that will follow them all (such as
+// bus/pci/devices): on a directory root each costs one readlinkat(2)
+// relative to the open directory, not an open, a read and a close.
+func (r *Reader) ReadDirLinks(name string) ([]fs.DirEntry, error) {
+	ents, _, err := r.readDir(name, true)
+	return ents, err
+}
+
+// noFollowLister lists a directory only when no component of its path is
+// a symbolic link, failing with errLinkInPath otherwise.
+type noFollowLister interface {
+	ReadDirNoFollow(name string) ([]fs.DirEntry, error)
+}
+
+// linkLister lists a directory and reads its links' targets in one pass,
+// refusing links in the directory's own path as noFollowLister does.
+type linkLister interface {
+	ReadDirLinks(name string) ([]fs.DirEntry, map[string]string, error)
+}
+
+func (r *Reader) readDir(name string, links bool) ([]fs.DirEntry, string, error) {
+	if p, ok := r.real[name]; ok {
+		if ents, ok := r.dirs[p]; ok && (!links || r.linksRead(p, ents)) {
+			return ents, p, nil
+		}
+	}
+	if err, ok := r.gone[name]; ok {
+		return nil, "", err
+	}
+	// Where the root can refuse links on the way, list the directory
+	// where the Reader expects it without resolving each component
+	// first: success proves there was no link to resolve.
+	if nl, ok := r.fsys.(noFollowLister); ok && fs.ValidPath(name) {
+		if p, hops, ok := r.guess(name); ok {
+			if k, known := r.kind[p]; !known || k == fs.ModeDir {
+				var ents []fs.DirEntry
+				var targets map[string]string
+				var err error
+				if ll, ok := r.fsys.(linkLister); ok && links {
+					ents, targets, err = ll.ReadDirLinks(p)
+				} else {
+					ents, err = nl.ReadDirNoFollow(p)
+				}
+				switch {
+				case err == nil:
+					r.learnDir(name, p)
+					r.remember(p, ents, targets)
+					return ents, p, nil
+				case hops == 0 && errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errLinkInPath):
+					e := &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+					r.gone[name] = e
+					return nil, "", e
+				}
+				// Otherwise resolve it step by step below, for the
+				// exact error: a dangling link is damage, not
+				// absence, and a link leaving the root is named.
+			}
+		}
+	}
 	p, err := r.Resolve(name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ents, err := r.listDir(p)
 	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+		return nil, "", &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
 	}
-	return ents, nil
+	return ents, p, nil
+}
+
+// linksRead reports whether the target of every link of the listing of p
+// is known.
+func (r *Reader) linksRead(p string, ents []fs.DirEntry) bool {
+	for _, e := range ents {
+		if e.Type() == fs.ModeSymlink {
+			if _, ok := r.link[join(p, e.Name())]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func join(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// guess returns where name is, as far as the Reader knows without asking:
+// the longest prefix it has resolved is replaced by its resolved form, a
+// link whose target it has read is followed (lexically: the target is
+// joined to the link's directory), and every other component is taken to
+// be a directory. hops counts the links followed. ok is false when the
+// guess cannot be made: a component is a link whose target is not known,
+// climbs after a name, or leaves the root.
+func (r *Reader) guess(name string) (p string, hops int, ok bool) {
+	if p, ok := r.real[name]; ok {
+		return p, 0, true
+	}
+	cur, rest := ".", name
+	for i := len(name); i > 0; {
+		j := strings.LastIndexByte(name[:i], '/')
+		if j < 0 {
+			break
+		}
+		if rp, ok := r.real[name[:j]]; ok {
+			cur, rest = rp, name[j+1:]
+			break
+		}
+		i = j
+	}
+	for c := range strings.SplitSeq(rest, "/") {
+		p := join(cur, c)
+		if r.kind[p] == fs.ModeSymlink {
+			t, ok := r.link[p]
+			if !ok || path.IsAbs(t) || climbsAfterName(t) {
+				return "", 0, false
+			}
+			if hops++; hops > maxLinkHops {
+				return "", 0, false
+			}
+			p = path.Join(path.Dir(p), t)
+			if p == ".." || strings.HasPrefix(p, "../") {
+				return "", 0, false
+			}
+		}
+		cur = p
+	}
+	return cur, hops, true
+}
+
+// learn records that the directory of p, where the file name was opened
+// without following any link, holds no link: name's directory resolves
+// to it, and so does every prefix of it to itself.
+func (r *Reader) learn(name, p string) {
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return
+	}
+	r.learnDir(name[:i], path.Dir(p))
+}
+
+// learnDir records that the directory p, listed or opened in without
+// following any link, is where name resolves, and that p holds no link.
+func (r *Reader) learnDir(name, p string) {
+	if _, ok := r.real[name]; ok {
+		return
+	}
+	r.real[name] = p
+	for d := p; d != "." && d != ""; d = path.Dir(d) {
+		if _, ok := r.real[d]; ok && d != p {
+			break
+		}
+		r.real[d] = d
+		r.kind[d] = fs.ModeDir
+	}
 }
 
 // listDir lists the resolved directory p once, remembering the type of
@@ -332,6 +501,13 @@ func (r *Reader) listDir(p string) ([]fs.DirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.remember(p, ents, nil)
+	return ents, nil
+}
+
+// remember keeps the listing of the resolved directory p, the type of
+// each entry, and the link targets read with it.
+func (r *Reader) remember(p string, ents []fs.DirEntry, targets map[string]string) {
 	prefix := p + "/"
 	if p == "." {
 		prefix = ""
@@ -339,8 +515,10 @@ func (r *Reader) listDir(p string) ([]fs.DirEntry, error) {
 	for _, e := range ents {
 		r.kind[prefix+e.Name()] = e.Type() & (fs.ModeSymlink | fs.ModeDir)
 	}
+	for n, t := range targets {
+		r.link[prefix+n] = t
+	}
 	r.dirs[p] = ents
-	return ents, nil
 }
 
 // errLinkInPath is what a noFollowOpener returns for a path that holds a
@@ -354,18 +532,44 @@ type noFollowOpener interface {
 	OpenNoFollow(name string) (fs.File, error)
 }
 
+// pageSize is what one read asks for: a sysfs attribute is at most a
+// page, so a read that returns less has reached the end of the file.
+const pageSize = 4096
+
 // ReadFile returns the contents of name, resolved inside the root, failing
 // with ErrTooLarge past MaxFileSize bytes.
 func (r *Reader) ReadFile(name string) ([]byte, error) {
+	b, err := r.read(name)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(b), nil
+}
+
+// read returns the contents of name in the Reader's page, valid until the
+// next read, or in a buffer of its own when longer. A file shorter than a
+// page costs one read(2): a short read from a regular file is its end.
+func (r *Reader) read(name string) ([]byte, error) {
 	f, err := r.open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if r.buf == nil {
+		r.buf = make([]byte, pageSize)
+	}
+	n, err := f.Read(r.buf)
+	if err != nil && err != io.EOF {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+	}
+	if n < len(r.buf) {
+		return r.buf[:n], nil
+	}
+	rest, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1-int64(n)))
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
 	}
+	b := append(bytes.Clone(r.buf[:n]), rest...)
 	if len(b) > MaxFileSize {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: ErrTooLarge}
 	}
@@ -373,17 +577,33 @@ func (r *Reader) ReadFile(name string) ([]byte, error) {
 }
 
 func (r *Reader) open(name string) (fs.File, error) {
-	if nf, ok := r.fsys.(noFollowOpener); ok {
-		if p, ok := r.resolvedParent(name); ok {
+	if err, ok := r.gone[name]; ok {
+		return nil, err
+	}
+	// Where the root can refuse links on the way, open the file where
+	// the Reader expects it without resolving each component first:
+	// success proves there was no link to resolve, and one open(2) reads
+	// a file in a directory never seen before.
+	if nf, ok := r.fsys.(noFollowOpener); ok && fs.ValidPath(name) && name != "." {
+		if p, hops, ok := r.guess(name); ok {
 			if k, known := r.kind[p]; !known || k == 0 {
 				f, err := nf.OpenNoFollow(p)
-				if err == nil {
+				switch {
+				case err == nil:
+					r.learn(name, p)
 					return f, nil
+				case errors.Is(err, errLinkInPath):
+					if _, ok := r.real[path.Dir(p)]; ok && hops == 0 {
+						r.kind[p] = fs.ModeSymlink // the only unknown component
+					}
+				case hops == 0 && errors.Is(err, fs.ErrNotExist):
+					e := &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+					r.gone[name] = e
+					return nil, e
 				}
-				if !errors.Is(err, errLinkInPath) {
-					return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
-				}
-				r.kind[p] = fs.ModeSymlink // resolve it below
+				// Otherwise resolve it step by step below, for the
+				// exact error: a dangling link is damage, not
+				// absence, and a link leaving the root is named.
 			}
 		}
 	}
@@ -401,34 +621,14 @@ func (r *Reader) open(name string) (fs.File, error) {
 	return f, nil
 }
 
-// resolvedParent returns name with its directory resolved, when that
-// directory resolves.
-func (r *Reader) resolvedParent(name string) (string, bool) {
-	if !fs.ValidPath(name) || name == "." {
-		return "", false
-	}
-	i := strings.LastIndexByte(name, '/')
-	if i < 0 {
-		return name, true
-	}
-	dir, err := r.Resolve(name[:i])
-	if err != nil {
-		return "", false
-	}
-	if dir == "." {
-		return name[i+1:], true
-	}
-	return dir + "/" + name[i+1:], true
-}
-
 // ReadString returns the contents of name with surrounding white space
 // removed, as sysfs attributes end with a newline.
 func (r *Reader) ReadString(name string) (string, error) {
-	b, err := r.ReadFile(name)
+	b, err := r.read(name)
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	return string(bytes.TrimSpace(b)), nil
 }
 
 // Exists reports whether name resolves to an entry. Errors other than "does

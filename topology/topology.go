@@ -96,14 +96,32 @@ type Topology struct {
 // Scan reads a sysfs root and builds its topology, with one Reader so that
 // no file is read twice. It returns what it could build and the joined
 // errors of what it could not read.
+//
+// It reads what the topology and efakit's outputs use, and no more: a
+// function's revision is never read, its numa_node and local_cpulist only
+// for the devices the topology places (GPUs, Neuron devices, EFAs), an
+// EFA's sys_image_guid and fw_ver not at all, and of the Neuron class
+// devices only which exist (the Optional field of pcie.Device, efa.Device
+// and neuron.ClassDevice says what was read). pcie.Discover, efa.Scan and
+// neuron.ReadClass read everything.
 func Scan(fsys fs.ReadLinkFS) (*Topology, error) {
 	r := sysfs.NewReader(fsys)
-	tree, perr := pcie.Discover(r)
-	res, eerr := efa.Discover(r, tree)
+	tree, perr := pcie.DiscoverOnly(r, placedAttrs)
+	res, eerr := efa.DiscoverOnly(r, tree, 0)
 	h, herr := host.Read(r)
-	class, nerr := neuron.ReadClass(r)
+	class, nerr := neuron.ReadClassOnly(r, 0) // which indexes exist
 	t := Build(tree, res, h, class)
 	return t, errors.Join(perr, eerr, herr, nerr)
+}
+
+// placedAttrs are the optional attributes Scan reads of a function: the
+// NUMA node and local CPUs of the devices it places, which the standard
+// attributes, the alignment answers and efakit list and topo show.
+func placedAttrs(d *pcie.Device) pcie.Optional {
+	if IsGPU(d) || neuron.IsNeuron(d) || efa.IsEFA(d) {
+		return pcie.OptNUMANode | pcie.OptLocalCPUs
+	}
+	return 0
 }
 
 // Build assembles the topology from what the other packages read.

@@ -1,0 +1,111 @@
+package sysfs_test
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/efakit/efakit/internal/testfixture"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// syscallBudget is what topology.Scan may cost on each fixture, unpacked
+// on disk and read through the openat2 root, in system calls: counted in
+// the root itself, never with strace. Each figure is what it costs today;
+// a change that needs more fails here and must say why in this table.
+var syscallBudget = map[string]int{
+	"g5.8xlarge":       129,
+	"m5.xlarge":        53,
+	"p4d.24xlarge":     522,
+	"p5.48xlarge":      2506,
+	"p5en.48xlarge":    1860,
+	"p6-b200.48xlarge": 1187,
+	"trn1.32xlarge":    764,
+	"trn1n.32xlarge":   1252,
+	"trn2.48xlarge":    1497,
+}
+
+// TestSyscallBudget holds topology.Scan to the file-count limit: every
+// file it reads costs one openat2(2), one fstat(2) (the type check that
+// refuses a named pipe or a device), one read(2) (an attribute fits a
+// page, and a short read is the end: no read to see end of file) and one
+// close(2); every directory one openat2, two getdents64(2) (the second
+// sees the end) and one close; every link of bus/pci/devices one
+// readlinkat(2), made while the directory is open. Nothing is asked
+// twice, and nothing else is asked at all, on every fixture; and the
+// total stays within syscallBudget.
+func TestSyscallBudget(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var lines []string
+	t.Cleanup(func() {
+		slices.Sort(lines)
+		t.Logf("system calls of topology.Scan, by fixture:\n%s", strings.Join(lines, "\n"))
+	})
+	for name, path := range testfixture.Captures(t, "..") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			mem, err := sysfs.OpenCapture(path)
+			require.NoError(t, err)
+			dir := filepath.Join(t.TempDir(), "sys")
+			require.NoError(t, sysfs.WriteDir(dir, mem.ReadLinkFS.(*sysfs.MemFS).Entries()))
+			root, err := sysfs.Open(dir)
+			require.NoError(t, err)
+			defer root.Close()
+			counts, ok := sysfs.CountSyscalls(root)
+			if !ok {
+				t.Skip("openat2 is missing here: OpenDir fell back to os.Root, not the production path")
+			}
+			var amu sync.Mutex
+			asked := map[string]int{}
+			sysfs.AskDirFS(root, func(op, name string) {
+				amu.Lock()
+				defer amu.Unlock()
+				asked[op]++
+			})
+			_, err = topology.Scan(root)
+			require.NoError(t, err)
+			got := counts()
+
+			files, dirs := asked["open"], asked["readdir"]
+			assert.Zero(t, asked["lstat"]+asked["stat"]+asked["readlink"], "questions beyond open and readdir: %v", asked)
+			// An open that finds nothing (a Neuron class directory on a
+			// GPU machine, a p2p file of the in-tree driver) closes nothing
+			// and lists nothing: a miss, looked for once.
+			misses := got["openat2"] - got["close"]
+			assert.Equal(t, files+dirs, got["openat2"], "one open per file or directory")
+			assert.True(t, misses >= 0 && misses <= 2, "%d opens found nothing", misses)
+			for _, call := range []string{"read", "fstat"} {
+				assert.True(t, got[call] <= files && got[call] >= files-misses, "one %s per file: %d for %d files", call, got[call], files)
+			}
+			assert.LessOrEqual(t, got["getdents64"], 2*dirs, "two getdents per directory")
+			assert.GreaterOrEqual(t, got["getdents64"], 2*(dirs-misses), "two getdents per directory")
+			extra := maps.Clone(got)
+			for _, k := range []string{"openat2", "fstat", "read", "close", "getdents64", "readlinkat"} {
+				delete(extra, k)
+			}
+			assert.Empty(t, extra, "other system calls")
+
+			total := 0
+			for _, n := range got {
+				total += n
+			}
+			mu.Lock()
+			lines = append(lines, fmt.Sprintf("  %-18s %5d = %4d openat2 + %4d fstat + %4d read + %4d close + %3d getdents64 + %3d readlinkat (%d files, %d directories)",
+				name, total, got["openat2"], got["fstat"], got["read"], got["close"], got["getdents64"], got["readlinkat"], files, dirs))
+			mu.Unlock()
+			budget, ok := syscallBudget[name]
+			if assert.True(t, ok, "%s has no budget: %d system calls today", name, total) {
+				assert.LessOrEqual(t, total, budget, "over budget")
+			}
+		})
+	}
+}
