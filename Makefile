@@ -28,9 +28,10 @@ unit:
 	$(GO) test -race -count=1 $(PKGS)
 
 ## bench-check: the comparison module's tests (same devices found by
-## efakit, ghw and procfs), without running its benchmarks.
+## efakit, ghw and procfs), and one round of its harness.
 bench-check:
 	cd bench && $(GO) test -race -count=1 ./...
+	cd bench && $(GO) test -run='^$$' -bench=Compare -benchtime=1x ./...
 
 ## e2e-deps: Debian's etcd-server for the e2e control plane, and runc and
 ## busybox-static for its real node (the Kubernetes binaries, containerd
@@ -74,10 +75,17 @@ BENCHCOUNT ?= 5
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCHCOUNT) $(PKGS)
 
-## bench-compare: efakit against jaypipes/ghw and prometheus/procfs on the
-## same trees, in one run (a separate module keeps them out of go.mod).
+## bench-compare: efakit against jaypipes/ghw and prometheus/procfs on every
+## fixture unpacked to disk, interleaved in COMPAREROUNDS rounds in one
+## process, in CPU and wall time, with the ratios' median and range
+## (bench/compare_test.go; a separate module keeps ghw and procfs out of
+## go.mod). Debian's full pci.ids is installed where the machine has none,
+## so ghw is also measured as users run it.
+COMPAREROUNDS ?= 15
 bench-compare:
-	cd bench && $(GO) test -run='^$$' -bench=. -benchmem -count=5 ./...
+	@[ -e /usr/share/misc/pci.ids ] || [ -e /usr/share/hwdata/pci.ids ] || \
+	  (apt-get update -qq && apt-get install -y -qq pci.ids)
+	cd bench && $(GO) test -run='^$$' -bench=Compare -benchtime=$(COMPAREROUNDS)x ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each, print each one's
 ## executions a second (the total over the time, from go test's last

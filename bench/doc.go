@@ -3,5 +3,5 @@
 // fixtures in ../testdata/sysfs). It is a separate module so that ghw and
 // procfs never become dependencies of efakit itself.
 //
-//	go test -run='^$' -bench=. -benchmem -count=5 ./...
+//	go test -run='^$' -bench=Compare -benchtime=15x ./...
 package bench

@@ -5,13 +5,13 @@ go 1.26.8
 require (
 	github.com/efakit/efakit v0.0.0-00010101000000-000000000000
 	github.com/jaypipes/ghw v0.27.0
-	github.com/jaypipes/pcidb v1.1.1
 	github.com/prometheus/procfs v0.23.0
 	golang.org/x/sys v0.50.0
 )
 
 require (
 	github.com/go-ole/go-ole v1.2.6 // indirect
+	github.com/jaypipes/pcidb v1.1.1 // indirect
 	github.com/vishvananda/netlink v1.3.1 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect

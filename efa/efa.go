@@ -273,6 +273,7 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (
 	}
 	d.Verbs = v
 
+	// p2p: efakit list shows it.
 	switch s, err := r.ReadString(pci.Path + "/p2p"); {
 	case err == nil:
 		if err := pcie.CheckText(s); err != nil {
@@ -319,6 +320,9 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 			return err
 		}
 	}
+	// Each file is used: state by health (an EFA not ACTIVE is tainted),
+	// phys_state and link_layer by efakit list, rate by the published
+	// linkRateGbps, gids/0 to pair the EFA with its ENA interface.
 	read("state", enum(&p.State))
 	read("phys_state", enum(&p.PhysState))
 	read("link_layer", func(s string) error {
@@ -352,9 +356,10 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 }
 
 // findVerbs finds the uverbs device of the RDMA device name among the
-// function's infiniband_verbs children. It returns the device it found with
-// the errors of entries it left out (names that are not uverbs<N>), or nil
-// and why.
+// function's infiniband_verbs children (ibdev says which RDMA device each
+// serves; dev holds the character device's numbers, for CDI). It returns
+// the device it found with the errors of entries it left out (names that
+// are not uverbs<N>), or nil and why.
 func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 	dir := pci.Path + "/infiniband_verbs"
 	ents, err := r.ReadDir(dir)
