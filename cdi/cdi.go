@@ -83,8 +83,28 @@ type Request struct {
 // concurrent use; two concurrent Writes of the same claim leave one of the
 // two specs, whole.
 type Writer struct {
+	// Sync, when set, is called instead of (*os.File).Sync for each fsync
+	// of a spec write (there is none; see specDurability): tests count
+	// them through it. Set before first use.
+	Sync func(*os.File) error
+
 	dir    string
 	vendor string
+}
+
+// specDurability: a spec is written with no fsync. The rename makes it
+// appear whole to the runtime at once, and a plugin that crashes loses no
+// write, since the page cache outlives the process. Only a power loss or a
+// kernel crash could leave a torn spec, and that is a reboot: the CDI
+// directory is a tmpfs on a usual node, and otherwise the plugin's start
+// removes every spec of a claim the checkpoint does not hold for this boot,
+// which is every claim of the boot before, while the kubelet prepares the
+// claims of the new boot again, writing their specs anew.
+const specDurability = atomicfile.SyncNone
+
+// options are the atomicfile options of a spec write.
+func (w *Writer) options(check func(tmp string) error) atomicfile.Options {
+	return atomicfile.Options{Check: check, Durability: specDurability, Sync: w.Sync}
 }
 
 // NewWriter returns a Writer of specs in dir (the runtime's CDI directory,
@@ -156,9 +176,9 @@ func DeviceName(claimUID, request string) string { return claimUID + "-" + reque
 // runtime.
 //
 // The spec is written to a temporary file in the spec directory (a name the
-// runtime's CDI cache ignores), synced, validated by the CDI library from
-// that file, and renamed over the final name, so the runtime never reads a
-// partial or invalid spec. The directory is created if missing, since a
+// runtime's CDI cache ignores), validated by the CDI library from that
+// file, and renamed over the final name, so the runtime never reads a
+// partial or invalid spec; no fsync (see specDurability). The directory is created if missing, since a
 // tmpfs /var/run starts empty after a reboot.
 func (w *Writer) Write(claimUID string, requests map[string]Request) (map[string]string, error) {
 	path, err := w.SpecPath(claimUID)
@@ -173,7 +193,7 @@ func (w *Writer) Write(claimUID string, requests map[string]Request) (map[string
 	if err != nil {
 		return nil, fmt.Errorf("cdi: claim %s: encoding spec: %w", claimUID, err)
 	}
-	err = atomicfile.Write(path, data, atomicfile.Options{Check: func(tmp string) error {
+	err = atomicfile.Write(path, data, w.options(func(tmp string) error {
 		// The library's own check of the very bytes the runtime will read:
 		// names, version against content, edits.
 		got, err := cdiapi.ReadSpec(tmp, 0)
@@ -184,7 +204,7 @@ func (w *Writer) Write(claimUID string, requests map[string]Request) (map[string
 			return fmt.Errorf("invalid spec: kind %q read back, want %q", got.Kind, w.Kind())
 		}
 		return nil
-	}})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("cdi: claim %s: writing spec %s: %w", claimUID, path, err)
 	}

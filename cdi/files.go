@@ -84,12 +84,12 @@ func (w *Writer) WriteMetadata(claimUID, request, hostPath, containerPath string
 	if err != nil {
 		return "", fmt.Errorf("cdi: claim %s: encoding metadata spec: %w", claimUID, err)
 	}
-	err = atomicfile.Write(path, data, atomicfile.Options{Check: func(tmp string) error {
+	err = atomicfile.Write(path, data, w.options(func(tmp string) error {
 		if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
 			return fmt.Errorf("invalid spec: %w", err)
 		}
 		return nil
-	}})
+	}))
 	if err != nil {
 		return "", fmt.Errorf("cdi: claim %s: writing metadata spec %s: %w", claimUID, path, err)
 	}

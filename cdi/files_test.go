@@ -82,3 +82,24 @@ func TestList(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, f.Specs)
 }
+
+// TestNoFsync: writing a claim's spec, writing it again and writing its
+// metadata spec make no fsync (see the Writer's specDurability); before,
+// each made two, the file's and the directory's.
+func TestNoFsync(t *testing.T) {
+	t.Parallel()
+	w, dir := newWriter(t)
+	var synced []string
+	w.Sync = func(f *os.File) error { synced = append(synced, f.Name()); return nil }
+	_, err := w.Write(uid, nodes(map[string][]cdi.Device{"efa": efas}))
+	require.NoError(t, err)
+	_, err = w.Write(uid, nodes(map[string][]cdi.Device{"efa": efas[:2]}))
+	require.NoError(t, err)
+	_, err = w.WriteMetadata(uid, "efa", "/var/lib/kubelet/plugins/dra.net/m.json", "/var/run/m.json")
+	require.NoError(t, err)
+	assert.Empty(t, synced)
+	spec, err := w.Load(uid)
+	require.NoError(t, err)
+	assert.Len(t, spec.Devices[0].ContainerEdits.DeviceNodes, 2, "the spec written last")
+	assert.Len(t, listDir(t, dir), 2)
+}

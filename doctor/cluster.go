@@ -8,10 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // devicePlugin checks for AWS's EFA device plugin on the node: its
@@ -23,11 +20,11 @@ func (f *facts) devicePlugin() Check {
 	var parts []part
 	if f.node == nil {
 		parts = append(parts, part{Skip, f.apiSkip, ""})
-	} else if q, ok := f.node.Status.Capacity[driver.DevicePluginResource]; ok && !q.IsZero() {
-		parts = append(parts, part{Fail, fmt.Sprintf("node %s has capacity %s: %s (AWS's EFA device plugin owns its EFAs)", f.node.Name, driver.DevicePluginResource, q.String()),
+	} else if q, ok := f.node.Status.Capacity[resources.DevicePluginResource]; ok && !q.IsZero() {
+		parts = append(parts, part{Fail, fmt.Sprintf("node %s has capacity %s: %s (AWS's EFA device plugin owns its EFAs)", f.node.Name, resources.DevicePluginResource, q.String()),
 			"remove AWS's EFA device plugin from this node: efakit's plugin publishes nothing while the node shows the resource"})
 	} else {
-		parts = append(parts, part{Pass, fmt.Sprintf("node %s has no %s capacity", f.node.Name, driver.DevicePluginResource), ""})
+		parts = append(parts, part{Pass, fmt.Sprintf("node %s has no %s capacity", f.node.Name, resources.DevicePluginResource), ""})
 	}
 
 	dir, ents, unread := f.kubeletDir("device-plugins")
@@ -60,19 +57,18 @@ func (f *facts) draDriver() Check {
 	if f.node == nil {
 		parts = append(parts, part{Skip, f.apiSkip, ""})
 	} else {
-		if f.node.Labels[driver.AutoModeLabel] == driver.AutoModeValue {
-			parts = append(parts, part{Fail, fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), which runs AWS's own %s", f.node.Name, driver.AutoModeLabel, driver.AutoModeValue, drv),
+		if f.node.Labels[resources.AutoModeLabel] == resources.AutoModeValue {
+			parts = append(parts, part{Fail, fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), which runs AWS's own %s", f.node.Name, resources.AutoModeLabel, resources.AutoModeValue, drv),
 				"run efakit on nodes outside EKS Auto Mode (its chart keeps off them)"})
 		}
-		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.driver", drv), fields.OneTermEqualSelector("spec.nodeName", f.node.Name))
-		list, err := f.o.Client.ResourceV1().ResourceSlices().List(f.ctx, metav1.ListOptions{FieldSelector: sel.String()})
+		list, err := f.o.Client.ResourceSlices(f.ctx, drv, f.node.Name)
 		if err != nil {
 			parts = append(parts, part{Skip, fmt.Sprintf("listing the ResourceSlices of %s on %s: %v", drv, f.node.Name, err), ""})
-		} else if foreign := driver.ForeignSlices(list.Items, drv, f.node.Name); len(foreign) > 0 {
+		} else if foreign := resources.ForeignSlices(list, drv, f.node.Name); len(foreign) > 0 {
 			parts = append(parts, part{Fail, fmt.Sprintf("another publisher of %s on node %s: %s", drv, f.node.Name, listNames(foreign, 4)),
 				fmt.Sprintf("remove the other %s driver from this node: two publishers of one driver name on a node hand out each other's devices", drv)})
 		} else {
-			parts = append(parts, part{Pass, fmt.Sprintf("%s of %s on node %s, all efakit's", plural(len(list.Items), "ResourceSlice"), drv, f.node.Name), ""})
+			parts = append(parts, part{Pass, fmt.Sprintf("%s of %s on node %s, all efakit's", plural(len(list), "ResourceSlice"), drv, f.node.Name), ""})
 		}
 	}
 

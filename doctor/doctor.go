@@ -10,7 +10,7 @@
 //
 // Every fact comes through Options: the sysfs root as an fs.FS, /dev, /proc
 // and the other directories as plain paths, the kernel's RDMA namespace mode
-// through an efa.Live, the API through a kubernetes.Interface. What cannot be
+// through an efa.Live, the API through an API. What cannot be
 // faked on disk (opening a device, the process's memlock limit, the
 // environment) has a seam of its own, so that the tests run anywhere.
 package doctor
@@ -24,10 +24,11 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/client-go/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/api/metadata"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 )
 
@@ -151,7 +152,7 @@ type Options struct {
 	Place Place
 	// Client is the API; nil skips the API halves of the device-plugin
 	// and dra-driver checks, saying NoClientReason.
-	Client         kubernetes.Interface
+	Client         API
 	NoClientReason string
 	// Live gives the kernel's RDMA namespace mode (efa.Netlink{}).
 	Live efa.Live
@@ -163,6 +164,14 @@ type Options struct {
 	// Environ is this process's environment, "NAME=value" each; nil means
 	// os.Environ() (give an empty, non-nil slice for none).
 	Environ []string
+}
+
+// API is what the doctor reads from the Kubernetes API: a Node, and the
+// ResourceSlices of a driver on a node. The efakit command answers it over
+// HTTP, so the CLI links no Kubernetes client; tests use a fake clientset.
+type API interface {
+	Node(ctx context.Context, name string) (*corev1.Node, error)
+	ResourceSlices(ctx context.Context, driverName, node string) ([]resourceapi.ResourceSlice, error)
 }
 
 // withDefaults fills the empty fields.
@@ -177,7 +186,7 @@ func (o Options) withDefaults() Options {
 	def(&o.CDIRoot, "/var/run/cdi")
 	def(&o.KubeletDir, "/var/lib/kubelet")
 	def(&o.MetadataDir, metadata.ContainerDir)
-	def(&o.DriverName, driver.DefaultDriverName)
+	def(&o.DriverName, resources.DefaultDriverName)
 	if o.Live == nil {
 		o.Live = efa.Netlink{}
 	}

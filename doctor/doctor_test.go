@@ -18,9 +18,11 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	runtimeserializer "k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/api/metadata"
 	"k8s.io/dynamic-resource-allocation/api/metadata/install"
@@ -29,10 +31,9 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/doctor"
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
-	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -40,8 +41,25 @@ import (
 const (
 	p5Capture = "../testdata/sysfs/p5.48xlarge.sysfs"
 	nodeName  = "node-1"
-	drv       = driver.DefaultDriverName
+	drv       = resources.DefaultDriverName
 )
+
+// clientsetAPI is doctor.API over a clientset (a fake one in these tests).
+type clientsetAPI struct{ c kubernetes.Interface }
+
+func fakeAPI(objs ...runtime.Object) doctor.API { return clientsetAPI{fake.NewClientset(objs...)} }
+
+func (a clientsetAPI) Node(ctx context.Context, name string) (*corev1.Node, error) {
+	return a.c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a clientsetAPI) ResourceSlices(ctx context.Context, driverName, node string) ([]resourceapi.ResourceSlice, error) {
+	l, err := a.c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.Set{"spec.driver": driverName, "spec.nodeName": node}.String()})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
 
 // withModules adds module/efa (with its version) and module/ib_uverbs to a
 // capture, as a live node shows them; the captures hold no module/.
@@ -156,10 +174,9 @@ func (s *scene) socket(path string) {
 // attributes the device metadata carries.
 func (s *scene) publishedEFA(i int) resourceapi.Device {
 	s.t.Helper()
-	names, _ := pcie.LoadNames() // built-in names without a pci.ids
 	d := s.topo.ByName(s.efas[i].Name)
 	require.NotNil(s.t, d)
-	dev, err := driver.EFADevice(s.topo, d, names, driver.Config{NodeName: nodeName})
+	dev, err := resources.EFADevice(s.topo, d, resources.Config{NodeName: nodeName})
 	require.NoError(s.t, err)
 	return dev
 }
@@ -201,11 +218,10 @@ func (s *scene) efaMetadata(idx ...int) []metadata.Device {
 // efakitSlices are the slices efakit's plugin publishes for the scene.
 func (s *scene) efakitSlices() []*resourceapi.ResourceSlice {
 	s.t.Helper()
-	names, _ := pcie.LoadNames()
-	cfg := driver.Config{NodeName: nodeName}
-	res, err := driver.Resources(s.topo, names, cfg)
+	cfg := resources.Config{NodeName: nodeName}
+	pool, err := resources.Build(s.topo, cfg)
 	require.NoError(s.t, err)
-	out := driver.Slices(res, cfg)
+	out := resources.Slices(pool, cfg)
 	for i, sl := range out {
 		sl.Name = fmt.Sprintf("%s%d", sl.GenerateName, i)
 	}
@@ -256,7 +272,7 @@ func healthyNode(t *testing.T) *scene {
 	for _, sl := range s.efakitSlices() {
 		objs = append(objs, sl)
 	}
-	s.opts.Client = fake.NewClientset(objs...)
+	s.opts.Client = fakeAPI(objs...)
 	s.opts.NodeName = nodeName
 	s.socket(filepath.Join(s.opts.KubeletDir, "plugins_registry", drv+"-reg.sock"))
 	s.socket(filepath.Join(s.opts.KubeletDir, "device-plugins", "kubelet.sock"))
@@ -437,12 +453,12 @@ func TestDeviceMetadata(t *testing.T) {
 		s.mknod(0, 1, 2, 3, 4)
 		members := strings.Join(s.names(0, 1, 2, 3), ",")
 		s.metadataFile("group", "efas", metadata.Device{Driver: drv, Pool: nodeName, Name: "efa-group-pci0000-44", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			resourceapi.QualifiedName(drv + "/" + string(driver.AttrMembers)): {StringValue: &members},
+			resourceapi.QualifiedName(drv + "/" + string(resources.AttrMembers)): {StringValue: &members},
 		}})
 		rdma, uverbs := s.efas[4].Name, s.efas[4].Verbs.Name
 		s.metadataFile("single", "efa", metadata.Device{Driver: drv, Pool: nodeName, Name: "efa-x", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			resourceapi.QualifiedName(drv + "/" + string(driver.AttrRDMADev)): {StringValue: &rdma},
-			resourceapi.QualifiedName(drv + "/" + string(driver.AttrUverbs)):  {StringValue: &uverbs},
+			resourceapi.QualifiedName(drv + "/" + string(resources.AttrRDMADev)): {StringValue: &rdma},
+			resourceapi.QualifiedName(drv + "/" + string(resources.AttrUverbs)):  {StringValue: &uverbs},
 		}})
 		c := check(t, s.run(), doctor.CheckDeviceMetadata)
 		assert.Equal(t, doctor.Pass, c.Status, c.Message)
@@ -454,7 +470,7 @@ func TestDeviceMetadata(t *testing.T) {
 		s.mknod(0)
 		rdma, stale := s.efas[0].Name, "uverbs7"
 		s.metadataFile("efa", "efa", metadata.Device{Driver: drv, Pool: nodeName, Name: "efa-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			driver.AttrRDMADev: {StringValue: &rdma}, driver.AttrUverbs: {StringValue: &stale},
+			resources.AttrRDMADev: {StringValue: &rdma}, resources.AttrUverbs: {StringValue: &stale},
 		}})
 		c := check(t, s.run(), doctor.CheckDeviceMetadata)
 		assert.Equal(t, doctor.Fail, c.Status)
@@ -709,9 +725,9 @@ func TestDevicePlugin(t *testing.T) {
 		t.Parallel()
 		s := newScene(t, doctor.OnNode)
 		s.opts.NodeName = nodeName
-		s.opts.Client = fake.NewClientset(&corev1.Node{
+		s.opts.Client = fakeAPI(&corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-			Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{driver.DevicePluginResource: apiresource.MustParse("32")}},
+			Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{resources.DevicePluginResource: apiresource.MustParse("32")}},
 		})
 		rep := s.run()
 		c := check(t, rep, doctor.CheckDevicePlugin)
@@ -739,7 +755,7 @@ func TestDRADriver(t *testing.T) {
 		s := newScene(t, doctor.OnNode)
 		node := nodeName
 		kind := "nic"
-		objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{driver.AutoModeLabel: driver.AutoModeValue}}}}
+		objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{resources.AutoModeLabel: resources.AutoModeValue}}}}
 		for _, sl := range s.efakitSlices() {
 			objs = append(objs, sl)
 		}
@@ -749,7 +765,7 @@ func TestDRADriver(t *testing.T) {
 				Devices: []resourceapi.Device{{Name: "eth1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"kind": {StringValue: &kind}}}}},
 		})
 		s.opts.NodeName = nodeName
-		s.opts.Client = fake.NewClientset(objs...)
+		s.opts.Client = fakeAPI(objs...)
 		c := check(t, s.run(), doctor.CheckDRADriver)
 		assert.Equal(t, doctor.Fail, c.Status)
 		assert.Contains(t, c.Message, "node node-1 is an EKS Auto Mode node (eks.amazonaws.com/compute-type=auto)")

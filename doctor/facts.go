@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/pcie"
@@ -241,7 +240,7 @@ func (f *facts) readNode() {
 	case f.o.NodeName == "":
 		f.apiSkip = "API not consulted: no node name (--node or NODE_NAME)"
 	default:
-		n, err := f.o.Client.CoreV1().Nodes().Get(f.ctx, f.o.NodeName, metav1.GetOptions{})
+		n, err := f.o.Client.Node(f.ctx, f.o.NodeName)
 		if err != nil {
 			f.apiSkip = fmt.Sprintf("API not consulted: reading node %s: %v", f.o.NodeName, err)
 			return

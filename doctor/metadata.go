@@ -13,7 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/api/metadata"
 	"k8s.io/dynamic-resource-allocation/devicemetadata"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // maxMetadataFile bounds the read of one metadata file: a claim holds at
@@ -102,11 +102,11 @@ func (m *metadataFacts) add(dm *metadata.DeviceMetadata, driverName, file string
 			if d.Driver != driverName {
 				continue
 			}
-			rdma, isEFA := stringAttr(d, driverName, driver.AttrRDMADev)
-			members, isGroup := stringAttr(d, driverName, driver.AttrMembers)
+			rdma, isEFA := stringAttr(d, driverName, resources.AttrRDMADev)
+			members, isGroup := stringAttr(d, driverName, resources.AttrMembers)
 			if isEFA {
 				name(rdma)
-				if u, ok := stringAttr(d, driverName, driver.AttrUverbs); ok {
+				if u, ok := stringAttr(d, driverName, resources.AttrUverbs); ok {
 					m.uverbs[rdma] = u
 				}
 			}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
-	"github.com/efakit/efakit/pcie"
 )
 
 // Publisher publishes the node's devices: a SlicePublisher in the plugin,
@@ -31,7 +30,6 @@ type Publisher interface {
 type Plugin struct {
 	cfg    Config
 	sysfs  fs.ReadLinkFS
-	names  *pcie.Names
 	cdi    *cdi.Writer
 	store  *checkpoint.Store
 	bootID string
@@ -90,7 +88,6 @@ type PluginOptions struct {
 	Config Config
 	// SysfsRoot is the sysfs to scan (the host's /sys, mounted read-only).
 	SysfsRoot fs.ReadLinkFS
-	Names     *pcie.Names
 	CDI       *cdi.Writer
 	Store     *checkpoint.Store
 	// BootID is the kernel's boot ID: state from another boot is dropped.
@@ -114,7 +111,7 @@ type PluginOptions struct {
 // forget what is prepared.
 func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	p := &Plugin{
-		cfg: o.Config, sysfs: o.SysfsRoot, names: o.Names, cdi: o.CDI, store: o.Store, bootID: o.BootID,
+		cfg: o.Config, sysfs: o.SysfsRoot, cdi: o.CDI, store: o.Store, bootID: o.BootID,
 		kube: o.KubeClient, dataDir: o.DataDir,
 		HealthInterval: 10 * time.Second, Metrics: NewMetrics(),
 		inventory: map[string]inventoryDevice{}, health: map[string]deviceHealth{},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/atomicfile"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -48,12 +50,57 @@ func baseRequest(r string) string {
 // devNumber is a character device's number as the checkpoint keeps it.
 func devNumber(major, minor uint32) string { return fmt.Sprintf("%d:%d", major, minor) }
 
+// batch gathers the changes a kubelet call makes to the checkpoint, so
+// that the call saves it once (one fsync), however many claims it holds.
+// Between begin and commit, p.state is the call's own copy: each claim
+// sees those prepared or unprepared before it in the call.
+type batch struct {
+	base    *checkpoint.State // the state before the call, kept if the save fails
+	changed map[string]bool   // claims recorded, changed or forgotten by the call
+	added   []string          // claims recorded by the call: their specs go if the save fails
+}
+
+// begin starts a batch.
+func (p *Plugin) begin() *batch {
+	b := &batch{base: p.state, changed: map[string]bool{}}
+	p.state = cloneState(p.state)
+	return b
+}
+
+// put records a prepared claim in the call's state.
+func (p *Plugin) put(b *batch, c checkpoint.Claim) {
+	p.state.Claims[c.UID] = c
+	b.changed[c.UID] = true
+}
+
+// commit saves the call's state if it changed. When the save fails, the
+// state before the call stands and the specs of the claims the call
+// recorded are removed again: not recorded, so not prepared.
+func (p *Plugin) commit(b *batch) error {
+	if len(b.changed) == 0 {
+		// The State the checkpoint Store remembers: the next call's
+		// Reload need not read the file.
+		p.state = b.base
+		return nil
+	}
+	if err := p.store.Save(p.state); err != nil {
+		p.state = b.base
+		for _, uid := range b.added {
+			_ = p.cdi.Remove(uid)
+		}
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
 // PrepareResourceClaims prepares each claim: a CDI spec holding only its
 // EFAs' uverbs nodes (numbers read from sysfs now) and, where its
 // configuration asks for it, the libfabric environment; recorded in the
-// checkpoint before success is reported. A claim prepared already (the
-// kubelet retries, or several pods share it) gets the same devices again,
-// checked against its allocation and against sysfs.
+// checkpoint before success is reported, all claims of the call in one
+// save. A claim prepared already (the kubelet retries, or several pods
+// share it) gets the same devices again, checked against its allocation
+// and against sysfs. The time observed for a claim is its own work and the
+// call's save.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	p.mu.Lock()
@@ -64,17 +111,30 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		call[c.Namespace+"/"+c.Name] = c
 	}
 	logger := klog.FromContext(ctx)
-	for _, c := range claims {
+	b := p.begin()
+	took := make([]time.Duration, len(claims))
+	for i, c := range claims {
 		start := time.Now()
-		res, err := p.prepare(ctx, c, call)
-		p.Metrics.observe("prepare", time.Since(start), err)
-		if err != nil {
-			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-			logger.Error(err, "prepare")
+		res, err := p.prepare(ctx, b, c, call)
+		took[i] = time.Since(start)
+		res.Err = err
+		out[c.UID] = res
+	}
+	start := time.Now()
+	saveErr := p.commit(b)
+	saved := time.Since(start)
+	for i, c := range claims {
+		res := out[c.UID]
+		if saveErr != nil && b.changed[string(c.UID)] {
+			res = kubeletplugin.PrepareResult{Err: saveErr}
+		}
+		p.Metrics.observe("prepare", took[i]+saved, res.Err)
+		if res.Err != nil {
+			res.Err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, res.Err)
+			logger.Error(res.Err, "prepare")
 		} else {
 			logger.V(2).Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", len(res.Devices))
 		}
-		res.Err = err
 		out[c.UID] = res
 	}
 	return out, nil
@@ -111,7 +171,7 @@ func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
 	return out, nil
 }
 
-func (p *Plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
+func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
 	uid := string(c.UID)
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return kubeletplugin.PrepareResult{}, err
@@ -121,7 +181,7 @@ func (p *Plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim, call
 		return kubeletplugin.PrepareResult{}, err
 	}
 	if prev, ok := p.state.Claims[uid]; ok {
-		return p.prepareAgain(ctx, prev, want)
+		return p.prepareAgain(ctx, b, prev, want)
 	}
 	if p.blocked != "" {
 		return kubeletplugin.PrepareResult{}, errors.New(p.blocked)
@@ -170,14 +230,8 @@ func (p *Plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim, call
 		}
 		claim.CDIDeviceIDs = ids
 	}
-	next := cloneState(p.state)
-	next.Claims[uid] = claim
-	if err := p.store.Save(next); err != nil {
-		// Not recorded, so not prepared: take the spec away again.
-		_ = p.cdi.Remove(uid)
-		return kubeletplugin.PrepareResult{}, fmt.Errorf("checkpoint: %w", err)
-	}
-	p.state = next
+	p.put(b, claim)
+	b.added = append(b.added, uid)
 	return p.result(claim), nil
 }
 
@@ -185,7 +239,7 @@ func (p *Plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim, call
 // devices, provided the claim's allocation still names them, with the
 // device numbers checked against sysfs and the spec written again if it
 // was lost or the numbers changed.
-func (p *Plugin) prepareAgain(ctx context.Context, prev checkpoint.Claim, want []wanted) (kubeletplugin.PrepareResult, error) {
+func (p *Plugin) prepareAgain(ctx context.Context, b *batch, prev checkpoint.Claim, want []wanted) (kubeletplugin.PrepareResult, error) {
 	var had []wanted
 	for _, d := range prev.Devices {
 		had = append(had, wanted{Request: d.Request, Device: d.Device, Group: d.Group})
@@ -198,7 +252,7 @@ func (p *Plugin) prepareAgain(ctx context.Context, prev checkpoint.Claim, want [
 	if !slices.Equal(sorted(had), sorted(want)) {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("prepared for %s, but now allocated %s: unprepare it first", describe(had), describe(want))
 	}
-	claim, err := p.refresh(ctx, prev)
+	claim, err := p.refreshIn(ctx, b, prev)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
@@ -232,8 +286,20 @@ func readCurrent(r *sysfs.Reader, pciAddress string) (efa.Current, error) {
 // number is kept as stale, held by the claim, because containers started
 // before still hold it. The spec is written again when it is missing or
 // changed. An EFA that cannot be read keeps its record (and so its
-// numbers stay held): it is reported, not guessed at.
+// numbers stay held): it is reported, not guessed at. A change is saved
+// at once.
 func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Claim, error) {
+	b := p.begin()
+	c, err := p.refreshIn(ctx, b, c)
+	if serr := p.commit(b); serr != nil && err == nil {
+		err = serr
+	}
+	return c, err
+}
+
+// refreshIn is refresh within a kubelet call's batch: a change is saved
+// with the call's other changes.
+func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (checkpoint.Claim, error) {
 	logger := klog.FromContext(ctx)
 	r := sysfs.NewReader(p.sysfs)
 	changed := false
@@ -292,12 +358,7 @@ func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Cl
 		c.CDIDeviceIDs = ids
 	}
 	if changed {
-		next := cloneState(p.state)
-		next.Claims[c.UID] = c
-		if err := p.store.Save(next); err != nil {
-			return c, fmt.Errorf("checkpoint: %w", err)
-		}
-		p.state = next
+		p.put(b, c)
 	}
 	return c, nil
 }
@@ -386,12 +447,14 @@ func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool)
 	return seen[uid]
 }
 
-// reloadState reads the checkpoint again before a kubelet call: during a
-// rolling update the other plugin pod (the helper's file lock lets one
-// serve at a time) may have prepared or unprepared claims since this one
-// loaded it. On a read error the state in memory stands.
+// reloadState reads the checkpoint again before a kubelet call if it
+// changed: during a rolling update the other plugin pod (the helper's file
+// lock lets one serve at a time) may have prepared or unprepared claims
+// since this one loaded it. Unchanged since this plugin last read or wrote
+// it (one stat tells), it is not read. On a read error the state in memory
+// stands.
 func (p *Plugin) reloadState(ctx context.Context) {
-	st, err := p.store.Load(p.bootID)
+	st, err := p.store.Reload(p.bootID, p.state)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "reading the checkpoint again; going on with the state in memory")
 		return
@@ -438,16 +501,36 @@ func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
 
 // UnprepareResourceClaims forgets each claim and removes its CDI spec. A
 // claim that is not prepared is not an error: the kubelet may ask twice.
+// The checkpoint is saved once for the call, before any spec is removed: a
+// crash in between leaves specs of no claim, which the next start removes,
+// never a claim the kubelet unprepared whose spec comes back.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
 	logger := klog.FromContext(ctx)
-	for _, c := range claims {
+	b := p.begin()
+	took := make([]time.Duration, len(claims))
+	for i, c := range claims {
 		start := time.Now()
-		err := p.unprepare(string(c.UID))
-		p.Metrics.observe("unprepare", time.Since(start), err)
+		out[c.UID] = p.forget(b, string(c.UID))
+		took[i] = time.Since(start)
+	}
+	start := time.Now()
+	saveErr := p.commit(b)
+	saved := time.Since(start)
+	for i, c := range claims {
+		start := time.Now()
+		err := out[c.UID]
+		switch {
+		case err != nil:
+		case saveErr != nil && b.changed[string(c.UID)]:
+			err = saveErr
+		default:
+			err = p.cdi.Remove(string(c.UID))
+		}
+		p.Metrics.observe("unprepare", took[i]+saved+time.Since(start), err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 			logger.Error(err, "unprepare")
@@ -459,22 +542,17 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return out, nil
 }
 
-// unprepare saves the checkpoint without the claim before it removes the
-// spec: a crash in between leaves a spec of no claim, which the next start
-// removes, never a claim the kubelet unprepared whose spec comes back.
-func (p *Plugin) unprepare(uid string) error {
+// forget takes a claim out of the call's state; its spec is removed once
+// the state is saved.
+func (p *Plugin) forget(b *batch, uid string) error {
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return err
 	}
 	if _, ok := p.state.Claims[uid]; ok {
-		next := cloneState(p.state)
-		delete(next.Claims, uid)
-		if err := p.store.Save(next); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		p.state = next
+		delete(p.state.Claims, uid)
+		b.changed[uid] = true
 	}
-	return p.cdi.Remove(uid)
+	return nil
 }
 
 // Prepared returns the UIDs of the prepared claims, sorted.
@@ -487,6 +565,21 @@ func (p *Plugin) Prepared() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// metadataFileOps are the file operations the kubelet plugin helper writes
+// each claim's device metadata with (a file in the data directory and a
+// CDI spec, per request): its own, but without its two fsyncs per file,
+// which made a call's fsyncs grow with its claims. These files need none,
+// for the reasons a spec needs none (see cdi.Writer): a rename shows them
+// whole, the page cache outlives a plugin crash, and after a reboot the
+// plugin's start removes the metadata of every claim of the boot before,
+// which the kubelet prepares again. sync, when set, replaces fsync (there
+// is none; tests count them through it).
+func metadataFileOps(sync func(*os.File) error) kubeletplugin.MetadataFileOperations {
+	return kubeletplugin.MetadataFileOperations{WriteFile: func(name string, data []byte, perm os.FileMode) error {
+		return atomicfile.Write(name, data, atomicfile.Options{Perm: perm, Durability: atomicfile.SyncNone, Sync: sync})
+	}}
 }
 
 // metadataAttributes are the attributes a container can read about its EFAs

@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
-	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -31,13 +31,15 @@ func (p *Plugin) SetPublisher(pub Publisher) {
 func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	start := time.Now()
 	topo, scanErr := topology.Scan(p.sysfs)
-	res, buildErr := Resources(topo, p.names, p.cfg)
+	cfg := resources.Config(p.cfg)
+	pool, buildErr := resources.Build(topo, cfg)
+	res := driverResources(pool)
 	inv := map[string]inventoryDevice{}
 	for _, d := range topo.Of(topology.KindEFA) {
 		if d.EFA.Verbs == nil {
 			continue
 		}
-		dev, err := EFADevice(topo, d, p.names, p.cfg)
+		dev, err := resources.EFADevice(topo, d, cfg)
 		if err != nil {
 			continue
 		}
@@ -53,17 +55,20 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 				members = append(members, d)
 			}
 		}
-		for _, g := range Groups(topo, members).List {
-			name := GroupDeviceName(g.Root)
-			groups[name] = g.memberNames()
-			if dev, err := GroupDevice(topo, g, p.cfg); err == nil {
+		for _, g := range resources.Groups(topo, members).List {
+			name := resources.GroupDeviceName(g.Root)
+			groups[name] = g.MemberNames()
+			if dev, err := resources.GroupDevice(topo, g, cfg); err == nil {
 				groupAttrs[name] = dev.Attributes
 			}
 		}
 	}
 	err := errors.Join(scanErr, buildErr)
 	p.Metrics.observeScan(time.Since(start), err, len(inv))
-	healthy := nodeHealth(topo, groups)
+	healthy := map[string]deviceHealth{}
+	for name, h := range resources.NodeHealth(topo, groups) {
+		healthy[name] = kubeletHealth(h)
+	}
 
 	p.mu.Lock()
 	// An EFA that was there and is gone is unhealthy until it returns (a
@@ -83,29 +88,13 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	return published, errors.Join(err, perr)
 }
 
-// reasonMember is the taint value of a group with an unhealthy member.
-const reasonMember = "member-unhealthy"
-
-// efaHealth is an EFA's health from sysfs: Unhealthy when it is not bound
-// to efa, has no uverbs device, or its port is not ACTIVE. The reason is a
-// label value, for the device taint.
-func efaHealth(d *topology.Device) deviceHealth {
-	switch {
-	case d.PCI.Driver != "efa":
-		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("driver %q, not efa", d.PCI.Driver), "not-bound-to-efa"}
-	case d.EFA.Verbs == nil:
-		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, "no uverbs device", "no-uverbs-device"}
-	case len(d.EFA.Ports) == 0:
-		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, "no port", "no-port"}
-	case d.EFA.Ports[0].State != "ACTIVE":
-		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, "port " + d.EFA.Ports[0].State, "port-not-active"}
+// kubeletHealth is a device's health as the kubelet is told it.
+func kubeletHealth(h resources.Health) deviceHealth {
+	if h.Unhealthy {
+		return deviceHealth{kubeletplugin.HealthStatusUnhealthy, h.Message, h.Reason}
 	}
 	return deviceHealth{status: kubeletplugin.HealthStatusHealthy}
 }
-
-// TaintKey is the key of the NoSchedule taint an unhealthy device carries,
-// in the driver's domain: "<driver>/unhealthy", its value the reason.
-func (c Config) TaintKey() string { return c.driverName() + "/unhealthy" }
 
 // withHealth applies the plugin's health to the resources of a scan.
 func (p *Plugin) withHealth(res resourceslice.DriverResources) *resourceslice.DriverResources {
@@ -119,77 +108,22 @@ func (p *Plugin) withHealth(res resourceslice.DriverResources) *resourceslice.Dr
 	return out
 }
 
-// applyHealth keeps unhealthy devices out of new allocations without
-// touching allocated claims: a NoSchedule taint on each unhealthy device
-// (a group with an unhealthy member included), or, with withhold (the API
-// server drops taints: no DRADeviceTaints, before Kubernetes 1.36 by
-// default), the device left out of its slice. It returns the count.
+// applyHealth applies the plugin's health to the resources of a scan
+// (resources.ApplyHealth, pool by pool) and returns the count of
+// unhealthy devices.
 func applyHealth(res resourceslice.DriverResources, health map[string]deviceHealth, cfg Config, withhold bool) (*resourceslice.DriverResources, int) {
-	out := res.DeepCopy()
+	hs := make(map[string]resources.Health, len(health))
+	for name, h := range health {
+		hs[name] = resources.Health{Unhealthy: h.status == kubeletplugin.HealthStatusUnhealthy, Message: h.message, Reason: h.reason}
+	}
+	out := &resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(res.Pools))}
 	n := 0
-	for poolName, pool := range out.Pools {
-		for i := range pool.Slices {
-			devs := pool.Slices[i].Devices[:0:0]
-			for _, d := range pool.Slices[i].Devices {
-				h, ok := health[d.Name]
-				if !ok || h.status != kubeletplugin.HealthStatusUnhealthy {
-					devs = append(devs, d)
-					continue
-				}
-				n++
-				if withhold {
-					continue
-				}
-				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: cfg.TaintKey(), Value: h.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
-				devs = append(devs, d)
-			}
-			pool.Slices[i].Devices = devs
-		}
-		out.Pools[poolName] = pool
+	for name, pool := range res.Pools {
+		p, k := resources.ApplyHealth(poolOf(name, pool), hs, resources.Config(cfg), withhold)
+		out.Pools[name] = driverResources(p).Pools[name]
+		n += k
 	}
 	return out, n
-}
-
-// PublishedResources are the devices as the plugin publishes them for the
-// topology: Resources, with each unhealthy EFA and group tainted
-// (`efakit slices` prints them; the plugin applies its own running health
-// the same way).
-func PublishedResources(t *topology.Topology, names *pcie.Names, cfg Config) (resourceslice.DriverResources, error) {
-	res, err := Resources(t, names, cfg)
-	groups := map[string][]string{}
-	if cfg.Groups != GroupsNone {
-		var members []*topology.Device
-		for _, d := range t.Of(topology.KindEFA) {
-			if d.EFA.Verbs != nil {
-				members = append(members, d)
-			}
-		}
-		for _, g := range Groups(t, members).List {
-			groups[GroupDeviceName(g.Root)] = g.memberNames()
-		}
-	}
-	out, _ := applyHealth(res, nodeHealth(t, groups), cfg, false)
-	return *out, err
-}
-
-// nodeHealth is the health of every EFA of t, and of each group (its
-// members' device names by group device name): as healthy as its least
-// healthy member, which it names.
-func nodeHealth(t *topology.Topology, groups map[string][]string) map[string]deviceHealth {
-	health := map[string]deviceHealth{}
-	for _, d := range t.Of(topology.KindEFA) {
-		health[DeviceName(d.PCI.Address)] = efaHealth(d)
-	}
-	for name, members := range groups {
-		health[name] = deviceHealth{status: kubeletplugin.HealthStatusHealthy}
-		for _, m := range members {
-			if mh := health[m]; mh.status == kubeletplugin.HealthStatusUnhealthy {
-				health[name] = deviceHealth{kubeletplugin.HealthStatusUnhealthy, fmt.Sprintf("member %s: %s", m, mh.message), reasonMember}
-				break
-			}
-		}
-	}
-	return health
 }
 
 // withdrawer is a Publisher that can stop publishing and remove what it

@@ -24,7 +24,6 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/efa"
-	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -65,10 +64,11 @@ type ServeOptions struct {
 	// Live answers what sysfs does not hold: the kernel's RDMA namespace
 	// mode. efa.Netlink{} (the default) asks the kernel.
 	Live efa.Live
+	// Sync, when set, is called instead of (*os.File).Sync for each fsync
+	// of the files the plugin and the helper's device metadata write:
+	// tests count them through it.
+	Sync func(*os.File) error
 }
-
-// DevicePluginResource is the extended resource of AWS's EFA device plugin.
-const DevicePluginResource = "vpc.amazonaws.com/efa"
 
 // netnsCheck says to stand aside in the kernel's exclusive RDMA namespace
 // mode: an RDMA device lives in one network namespace (the host's), so a
@@ -181,11 +181,13 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	names, _ := pcie.LoadNames()
+	writer.Sync = o.Sync
+	store := checkpoint.NewStore(dataDir)
+	store.Sync = o.Sync
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, Names: names, CDI: writer,
-		Store: checkpoint.NewStore(dataDir), BootID: bootID, KubeClient: o.KubeClient, DataDir: dataDir})
+	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, CDI: writer,
+		Store: store, BootID: bootID, KubeClient: o.KubeClient, DataDir: dataDir})
 	if plugin == nil {
 		return err
 	}
@@ -219,6 +221,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		kubeletplugin.CDIDirectory(o.CDIRoot),
 		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+		kubeletplugin.MetadataFileOps(metadataFileOps(o.Sync)),
 	}
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(o.PodUID))

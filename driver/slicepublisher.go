@@ -9,7 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -104,10 +104,11 @@ func (s *SlicePublisher) Stop() {
 // the running controller would delete such a slice after its sync delay
 // (30 s), so the plugin checks again at once and stands aside first.
 func WatchForeign(ctx context.Context, client kubernetes.Interface, driverName, node string, found func()) {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	// The one informer, not a factory: a factory links the informers and
+	// listers of every API group into the plugin (9.3 MB of its 62 MB).
+	inf := resourceinformers.NewFilteredResourceSliceInformer(client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.Set{"spec.driver": driverName, "spec.nodeName": node}.String()
-	}))
-	inf := factory.Resource().V1().ResourceSlices().Informer()
+	})
 	check := func(obj any) {
 		if s, ok := obj.(*resourceapi.ResourceSlice); ok && s.Spec.NodeName != nil && *s.Spec.NodeName == node && !OwnSlice(s, driverName) {
 			found()
@@ -117,5 +118,5 @@ func WatchForeign(ctx context.Context, client kubernetes.Interface, driverName, 
 		AddFunc:    check,
 		UpdateFunc: func(_, obj any) { check(obj) },
 	})
-	factory.Start(ctx.Done())
+	go inf.RunWithContext(ctx)
 }

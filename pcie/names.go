@@ -3,16 +3,26 @@ package pcie
 import (
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/jaypipes/pcidb"
 )
 
-// Names gives vendor and device names from a pci.ids database found on this
-// machine, falling back to the names built into efakit for the Amazon,
-// NVIDIA and Mellanox functions it deals with. It never fetches anything
-// over the network.
+// Names gives vendor and device names: first the names built into efakit
+// for the Amazon, NVIDIA and Mellanox functions it deals with, then a
+// pci.ids database on this machine. The database is parsed only when a
+// name the built-in table lacks is asked for, and at most once (a full
+// pci.ids costs tens of milliseconds and megabytes of heap, for names no
+// output of an EFA machine needs). It never fetches anything over the
+// network. A Names is safe for concurrent use; a nil *Names answers from
+// the built-in table only.
 type Names struct {
-	db *pcidb.DB
+	open func() (*pcidb.DB, error) // nil: built-in names only
+
+	mu    sync.Mutex // held while open runs, so it runs once
+	tried bool
+	db    *pcidb.DB
+	err   error
 }
 
 // builtinVendors and builtinDevices hold the names pci.ids gives for the
@@ -48,50 +58,100 @@ var builtinDevices = map[[2]uint16]string{
 	{0x10de, 0x22a3}: "GH100 [H100 NVSwitch]",
 }
 
-// LoadNames looks for a pci.ids database in the usual places on this
-// machine (PCIDB_PATH or pcidb's list of hwdata and pciutils paths) and
-// returns a Names that uses it, or only the built-in names when there is
-// none. The error says why the database could not be used; the Names is
-// usable either way.
-func LoadNames() (*Names, error) {
-	noFetch := false
-	opts := []*pcidb.WithOption{{EnableNetworkFetch: &noFetch}}
-	if p := os.Getenv("PCIDB_PATH"); p != "" {
-		opts = append(opts, pcidb.WithPath(p))
-	}
-	db, err := pcidb.New(opts...)
-	if err != nil {
-		return &Names{}, fmt.Errorf("pci.ids: %w (using built-in names)", err)
-	}
-	return &Names{db: db}, nil
+// LoadNames returns the names of this machine: the built-in ones, then
+// those of the pci.ids database found in the usual places (PCIDB_PATH, read
+// now, or pcidb's list of hwdata and pciutils paths) when one is first
+// needed. It reads no file itself.
+func LoadNames() *Names {
+	path := os.Getenv("PCIDB_PATH")
+	return newNames(func() (*pcidb.DB, error) {
+		noFetch := false
+		opts := []*pcidb.WithOption{{EnableNetworkFetch: &noFetch}}
+		if path != "" {
+			opts = append(opts, pcidb.WithPath(path))
+		}
+		db, err := pcidb.New(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("pci.ids: %w (using built-in names)", err)
+		}
+		return db, nil
+	})
 }
 
-// LoadNamesFrom reads the pci.ids database at path.
-func LoadNamesFrom(path string) (*Names, error) {
-	noFetch := false
-	db, err := pcidb.New(&pcidb.WithOption{EnableNetworkFetch: &noFetch}, pcidb.WithPath(path))
-	if err != nil {
-		return &Names{}, fmt.Errorf("pci.ids %s: %w", path, err)
+// LoadNamesFrom returns the built-in names, then those of the pci.ids
+// database at path, read when one is first needed.
+func LoadNamesFrom(path string) *Names {
+	return newNames(func() (*pcidb.DB, error) {
+		noFetch := false
+		db, err := pcidb.New(&pcidb.WithOption{EnableNetworkFetch: &noFetch}, pcidb.WithPath(path))
+		if err != nil {
+			return nil, fmt.Errorf("pci.ids %s: %w", path, err)
+		}
+		return db, nil
+	})
+}
+
+// newNames returns Names that call open at most once, the first time a
+// name the built-in table lacks is asked for.
+func newNames(open func() (*pcidb.DB, error)) *Names { return &Names{open: open} }
+
+// database returns the pci.ids database, opening it on first use; nil when
+// there is none (Err says why).
+func (n *Names) database() *pcidb.DB {
+	if n == nil || n.open == nil {
+		return nil
 	}
-	return &Names{db: db}, nil
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.tried {
+		n.tried = true
+		n.db, n.err = n.open()
+	}
+	return n.db
+}
+
+// Err says why the pci.ids database could not be used: nil when it was
+// read, or has not been needed yet.
+func (n *Names) Err() error {
+	if n == nil || n.open == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
+
+// BuiltinVendor returns the built-in name of a vendor, or "" when it has
+// none: the same on every machine.
+func BuiltinVendor(vendor uint16) string { return builtinVendors[vendor] }
+
+// BuiltinDevice returns the built-in name of a device, or "".
+func BuiltinDevice(vendor, device uint16) string {
+	return builtinDevices[[2]uint16{vendor, device}]
 }
 
 // Vendor returns the vendor's name, or "" when unknown.
 func (n *Names) Vendor(vendor uint16) string {
-	if n != nil && n.db != nil {
-		if v, ok := n.db.Vendors[fmt.Sprintf("%04x", vendor)]; ok {
+	if s := BuiltinVendor(vendor); s != "" {
+		return s
+	}
+	if db := n.database(); db != nil {
+		if v, ok := db.Vendors[fmt.Sprintf("%04x", vendor)]; ok {
 			return v.Name
 		}
 	}
-	return builtinVendors[vendor]
+	return ""
 }
 
 // Device returns the device's name, or "" when unknown.
 func (n *Names) Device(vendor, device uint16) string {
-	if n != nil && n.db != nil {
-		if p, ok := n.db.Products[fmt.Sprintf("%04x%04x", vendor, device)]; ok {
+	if s := BuiltinDevice(vendor, device); s != "" {
+		return s
+	}
+	if db := n.database(); db != nil {
+		if p, ok := db.Products[fmt.Sprintf("%04x%04x", vendor, device)]; ok {
 			return p.Name
 		}
 	}
-	return builtinDevices[[2]uint16{vendor, device}]
+	return ""
 }

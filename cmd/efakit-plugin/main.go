@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -132,6 +133,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "efakit-plugin", version)
 		return 0
 	}
+	limit := limitMemory(os.Getenv)
 	o := opts.serve
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -168,7 +170,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	o.Rescan = rescan
-	logger.Info("starting", "version", version, "driver", o.Config.DriverName)
+	// Start-up's pages are given back (releaseStartupPages) once the plugin
+	// serves and its first periodic rescan is due: start-up is over, and a
+	// binary just unpacked from its image has been written back by then
+	// (the kernel writes dirty pages within 30 s by default, and keeps them
+	// mapped until it has).
+	ready := make(chan struct{})
+	o.Ready = ready
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ready:
+		}
+		t := time.NewTimer(o.RescanInterval)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := releaseStartupPages("/proc/self/maps", reflect.ValueOf(releaseStartupPages).Pointer())
+		if err != nil {
+			logger.Info("start-up pages not given back to the kernel", "err", err)
+			return
+		}
+		logger.V(2).Info("gave start-up pages back to the kernel", "advisedMiB", n>>20)
+	}()
+	logger.Info("starting", "version", version, "driver", o.Config.DriverName, "memoryLimitMiB", limit>>20)
 	if err := driver.Serve(ctx, o); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error(err, "plugin stopped")
 		klog.Flush()

@@ -8,13 +8,10 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/api/metadata"
 
 	"github.com/efakit/efakit/doctor"
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -36,7 +33,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	cdiRoot := fl.String("cdi-root", "/var/run/cdi", "CDI spec `directory`")
 	kubeletDir := fl.String("kubelet-dir", "/var/lib/kubelet", "the kubelet's root `directory` (device-plugins/, plugins_registry/)")
 	metadataDir := fl.String("metadata-dir", metadata.ContainerDir, "DRA device metadata `directory` in a container")
-	driverName := fl.String("driver-name", driver.DefaultDriverName, "DRA driver `name`")
+	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver `name`")
 	node := fl.String("node", os.Getenv("NODE_NAME"), "node `name` for the API checks (default $NODE_NAME)")
 	kubeconfig := fl.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig `file` (default $KUBECONFIG; in-cluster configuration when empty)")
 	place := fl.String("place", "auto", "where it runs: `node`, pod, or auto (a pod where the device-metadata directory or KUBERNETES_SERVICE_HOST is there; run on the node through efakit's own plugin pod, say node)")
@@ -82,9 +79,9 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 		NodeName:    *node,
 		Place:       where,
 	}
-	opts.Client, opts.NoClientReason = apiClient(*kubeconfig)
 	ctx, cancel := context.WithTimeout(context.Background(), doctorTimeout)
 	defer cancel()
+	opts.Client, opts.NoClientReason = apiClient(ctx, *kubeconfig, os.Getenv, serviceAccountDir)
 	rep, err := doctor.Run(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "efakit doctor: %v\n", err)
@@ -107,30 +104,23 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 }
 
 // apiClient connects to the API with the kubeconfig, or from inside a
-// cluster without one. No client is no error: the API checks say why they
+// cluster without one (getenv and saDir: the pod's environment and
+// service account). No client is no error: the API checks say why they
 // skipped.
-func apiClient(kubeconfig string) (kubernetes.Interface, string) {
-	var cfg *rest.Config
-	var err error
+func apiClient(ctx context.Context, kubeconfig string, getenv func(string) string, saDir string) (doctor.API, string) {
+	ua := "efakit/" + version
 	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		if kubeconfig == "" {
-			return nil, fmt.Sprintf("no --kubeconfig and no in-cluster configuration (%v)", err)
+		api, err := apiFromKubeconfig(ctx, kubeconfig, ua)
+		if err != nil {
+			return nil, err.Error()
 		}
-		return nil, fmt.Sprintf("kubeconfig %s: %v", kubeconfig, err)
+		return api, ""
 	}
-	// Each call is bounded too, so that one slow call leaves time for
-	// the others.
-	cfg.Timeout = 10 * time.Second
-	client, err := kubernetes.NewForConfig(cfg)
+	api, err := apiInCluster(getenv, saDir, ua)
 	if err != nil {
-		return nil, fmt.Sprintf("API client: %v", err)
+		return nil, fmt.Sprintf("no --kubeconfig and no in-cluster configuration (%v)", err)
 	}
-	return client, ""
+	return api, ""
 }
 
 // printReport prints one line per check: the status first, the check's

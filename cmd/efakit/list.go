@@ -53,13 +53,13 @@ type portView struct {
 	GID       string  `json:"gid,omitempty"`
 }
 
+// newEFAView is an EFA's view; with names (JSON and YAML, which print
+// them), its vendor and device names too.
 func newEFAView(d *efa.Device, names *pcie.Names) efaView {
 	v := efaView{
 		Name:         d.Name,
 		PCIAddress:   d.PCI.Address.String(),
 		Generation:   d.Generation.String(),
-		PCIDevice:    names.Device(d.PCI.Vendor, d.PCI.Device),
-		Vendor:       names.Vendor(d.PCI.Vendor),
 		Subsystem:    fmt.Sprintf("%04x:%04x", d.PCI.SubsystemVendor, d.PCI.SubsystemDevice),
 		PCIeRoot:     d.PCI.Root,
 		Bridges:      []string{},
@@ -70,6 +70,10 @@ func newEFAView(d *efa.Device, names *pcie.Names) efaView {
 		Ports:        []portView{},
 		Accelerators: []string{},
 		sortAddress:  d.PCI.Address,
+	}
+	if names != nil {
+		v.PCIDevice = names.Device(d.PCI.Vendor, d.PCI.Device)
+		v.Vendor = names.Vendor(d.PCI.Vendor)
 	}
 	if d.Verbs != nil {
 		u, p, n := d.Verbs.Name, d.Verbs.DevicePath(), fmt.Sprintf("%d:%d", d.Verbs.Major, d.Verbs.Minor)
@@ -112,7 +116,12 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit list", r)
 	topo, scanErr := topology.Scan(r)
-	names, _ := pcie.LoadNames() // built-in names when there is no pci.ids
+	// The table prints no names. JSON and YAML do: the built-in ones, or
+	// the machine's pci.ids where a function's name is not built in.
+	var names *pcie.Names
+	if *out != "table" {
+		names = pcie.LoadNames()
+	}
 	views := make([]efaView, 0)
 	for _, d := range topo.Of(topology.KindEFA) {
 		v := newEFAView(d.EFA, names)

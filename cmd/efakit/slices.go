@@ -8,8 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/efakit/efakit/driver"
-	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -43,14 +42,14 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("slices")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	node := fl.String("node", os.Getenv("NODE_NAME"), "node `name` (default $NODE_NAME)")
-	driverName := fl.String("driver-name", driver.DefaultDriverName, "DRA driver `name`")
+	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver `name`")
 	numaList := fl.Bool("numa-list", false, "publish numaNode in list form (clusters with DRAListTypeAttributes)")
 	groups := fl.String("groups", "none", "EFA group devices: none, exclusive or mixed")
 	out := fl.String("o", "yaml", "output `format`: json or yaml")
 	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
 		return code
 	}
-	mode, err := driver.ParseGroupMode(*groups)
+	mode, err := resources.ParseGroupMode(*groups)
 	if err != nil {
 		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
 		return 2
@@ -75,10 +74,10 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit slices", r)
 	topo, scanErr := topology.Scan(r)
-	names, _ := pcie.LoadNames()
-	cfg := driver.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList, Groups: mode}
-	res, buildErr := driver.PublishedResources(topo, names, cfg)
-	if err := printObjects(stdout, *out, driver.Slices(res, cfg)); err != nil {
+	// The same function builds what the plugin publishes.
+	cfg := resources.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList, Groups: mode}
+	pool, buildErr := resources.Published(topo, cfg)
+	if err := printObjects(stdout, *out, resources.Slices(pool, cfg)); err != nil {
 		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
 		return 1
 	}
@@ -94,8 +93,8 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 
 func cmdDeviceClasses(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("deviceclasses")
-	driverName := fl.String("driver-name", driver.DefaultDriverName, "DRA driver `name`")
-	className := fl.String("class-name", driver.DefaultDeviceClass, "DeviceClass `name`")
+	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver `name`")
+	className := fl.String("class-name", resources.DefaultDeviceClass, "DeviceClass `name`")
 	out := fl.String("o", "yaml", "output `format`: json or yaml")
 	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
 		return code
@@ -104,7 +103,7 @@ func cmdDeviceClasses(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "efakit deviceclasses: unknown output format %q (json, yaml)\n", *out)
 		return 2
 	}
-	if err := printObjects(stdout, *out, driver.DeviceClasses(*driverName, *className)); err != nil {
+	if err := printObjects(stdout, *out, resources.DeviceClasses(*driverName, *className)); err != nil {
 		fmt.Fprintf(stderr, "efakit deviceclasses: %v\n", err)
 		return 1
 	}
@@ -130,12 +129,12 @@ func cmdClaims(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("claims")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	groups := fl.String("groups", "none", "the node's group `mode`: none, exclusive or mixed")
-	className := fl.String("class-name", driver.DefaultDeviceClass, "the single-EFA DeviceClass")
+	className := fl.String("class-name", resources.DefaultDeviceClass, "the single-EFA DeviceClass")
 	examplePods := fl.Bool("example-pods", false, "also print an example pod that takes the whole node (not to apply as printed)")
 	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
 		return code
 	}
-	mode, err := driver.ParseGroupMode(*groups)
+	mode, err := resources.ParseGroupMode(*groups)
 	if err != nil {
 		fmt.Fprintf(stderr, "efakit claims: %v\n", err)
 		return 2
@@ -148,7 +147,7 @@ func cmdClaims(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit claims", r)
 	topo, scanErr := topology.Scan(r)
-	tms, pod := driver.ClaimTemplates(topo, mode, *className)
+	tms, pod := resources.ClaimTemplates(topo, mode, *className)
 	if len(tms) == 0 {
 		fmt.Fprintln(stdout, "# no EFA on this machine: no claims to suggest")
 	}

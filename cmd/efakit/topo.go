@@ -63,6 +63,8 @@ func labels(t *topology.Topology) map[*topology.Device]string {
 	return out
 }
 
+// newTopoView is the topology's view; with names (the JSON), each
+// device's PCI device name too.
 func newTopoView(t *topology.Topology, names *pcie.Names) topoView {
 	lab := labels(t)
 	v := topoView{Legend: map[string]string{}, Notes: t.Notes, Links: [][]topology.Link{}, Devices: []topoDeviceView{}, NUMANodes: []numaView{}}
@@ -88,7 +90,9 @@ func newTopoView(t *topology.Topology, names *pcie.Names) topoView {
 		if d.PCI != nil {
 			a := d.PCI.Address.String()
 			dv.PCIAddress = &a
-			dv.PCIDevice = names.Device(d.PCI.Vendor, d.PCI.Device)
+			if names != nil {
+				dv.PCIDevice = names.Device(d.PCI.Vendor, d.PCI.Device)
+			}
 			if d.PCI.LocalCPUs != nil {
 				dv.LocalCPUs = d.PCI.LocalCPUs.String()
 			}
@@ -132,7 +136,11 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit topo", r)
 	t, scanErr := topology.Scan(r)
-	names, _ := pcie.LoadNames()
+	// Only the JSON prints names (the matrix has none).
+	var names *pcie.Names
+	if *out == "json" {
+		names = pcie.LoadNames()
+	}
 	v := newTopoView(t, names)
 	if *out == "json" {
 		b, err := json.MarshalIndent(v, "", "  ")

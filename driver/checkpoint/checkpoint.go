@@ -121,9 +121,29 @@ type file struct {
 // for concurrent use: Load and Save are serialized, so the file is always
 // one whole State. The State passed to Save must not change during the call.
 type Store struct {
+	// Sync, when set, is called instead of (*os.File).Sync for each fsync
+	// of Save: tests count them through it. Set before first use.
+	Sync func(*os.File) error
+	// Open, when set, is called instead of os.Open to read the
+	// checkpoint: tests count the reads through it. Set before first use.
+	Open func(name string) (*os.File, error)
+
 	mu   sync.Mutex
 	dir  string
 	path string
+	last known
+}
+
+// known is the checkpoint as this Store last read or wrote it: the State,
+// the boot ID it was loaded under, and the file it came from, held open so
+// that no other file can take its inode number (a new file made by Save's
+// rename, here or in another process, is always another inode than it);
+// file is nil when there was no file. A zero known (st nil) is nothing.
+type known struct {
+	st     *State
+	bootID string
+	file   *os.File
+	info   fs.FileInfo
 }
 
 // NewStore returns the Store of the checkpoint in dir, dir/checkpoint.json.
@@ -134,6 +154,61 @@ func NewStore(dir string) *Store {
 
 // Path is the checkpoint file's path.
 func (s *Store) Path() string { return s.path }
+
+// remember records st as what the file holds; f (nil for no file) is
+// kept open. Called with s.mu held.
+func (s *Store) remember(st *State, bootID string, f *os.File) {
+	s.forget()
+	if f == nil {
+		s.last = known{st: st, bootID: bootID}
+		return
+	}
+	info, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return
+	}
+	s.last = known{st: st, bootID: bootID, file: f, info: info}
+}
+
+// forget drops what remember recorded. Called with s.mu held.
+func (s *Store) forget() {
+	if s.last.file != nil {
+		_ = s.last.file.Close()
+	}
+	s.last = known{}
+}
+
+// unchanged tells whether the file is still the one remembered: the same
+// inode (no rename replaced it) with the same size and modification time
+// (nobody wrote into it), or still no file. Called with s.mu held.
+func (s *Store) unchanged() bool {
+	if s.last.st == nil {
+		return false
+	}
+	info, err := os.Lstat(s.path)
+	if s.last.file == nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	return err == nil && os.SameFile(info, s.last.info) && info.Size() == s.last.info.Size() && info.ModTime().Equal(s.last.info.ModTime())
+}
+
+// Reload is Load that reads nothing when nothing changed: when have is the
+// State this Store last returned from Load or Reload, or was given to
+// Save, for the same boot ID, and the file is the one it read or wrote
+// then (no other process, such as the other plugin pod of a rolling
+// update, replaced it), Reload returns have after one stat. The caller
+// must not have changed have since; a changed state is a new State
+// (cloned), passed to Save.
+func (s *Store) Reload(bootID string, have *State) (*State, error) {
+	s.mu.Lock()
+	if have != nil && have == s.last.st && bootID == s.last.bootID && s.unchanged() {
+		s.mu.Unlock()
+		return have, nil
+	}
+	s.mu.Unlock()
+	return s.Load(bootID)
+}
 
 // Load reads the checkpoint.
 //
@@ -154,44 +229,60 @@ func (s *Store) Load(bootID string) (*State, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forget()
 
 	empty := &State{Version: Version, BootID: bootID, Claims: map[string]Claim{}}
-	data, err := readBounded(s.path)
+	f, data, err := s.readBounded()
 	if errors.Is(err, fs.ErrNotExist) {
+		s.remember(empty, bootID, nil)
 		return empty, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
 	if v, ok := newerVersion(data); ok {
+		_ = f.Close()
 		return nil, fmt.Errorf("%w: %s has format version %d, this efakit reads up to %d; run the newer efakit again, or move the file away to forget every prepared claim", ErrNewerVersion, s.path, v, Version)
 	}
 	st, err := decode(data)
 	if err != nil {
+		_ = f.Close()
 		aside := s.path + CorruptSuffix
 		if rerr := os.Rename(s.path, aside); rerr != nil {
 			return empty, fmt.Errorf("%w %s: %w; moving it aside: %w", ErrCorrupt, s.path, err, rerr)
 		}
+		s.remember(empty, bootID, nil)
 		return empty, fmt.Errorf("%w %s: %w; moved to %s", ErrCorrupt, s.path, err, aside)
 	}
 	if st.BootID != bootID {
 		for _, uid := range sortedKeys(st.Claims) {
 			empty.Dropped = append(empty.Dropped, st.Claims[uid])
 		}
+		s.remember(empty, bootID, f)
 		return empty, nil
 	}
+	s.remember(st, bootID, f)
 	return st, nil
 }
 
-// readBounded reads a file, but no more than MaxSize+1 bytes: enough for
-// decode to tell a file that is too large.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// readBounded reads the checkpoint, but no more than MaxSize+1 bytes:
+// enough for decode to tell a file that is too large. The file is
+// returned open, for remember.
+func (s *Store) readBounded() (*os.File, []byte, error) {
+	open := os.Open
+	if s.Open != nil {
+		open = s.Open
 	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, MaxSize+1))
+	f, err := open(s.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, data, nil
 }
 
 // newerVersion reports a well-formed checkpoint whose version is later than
@@ -288,13 +379,24 @@ func checksum(data []byte) string {
 }
 
 // Save writes st as the checkpoint, replacing the previous one atomically:
-// a temporary file in the data directory, written, synced, renamed over
-// the checkpoint, and the directory synced, so a crash at any point leaves
-// the old or the new checkpoint, whole. The file records Version whatever
-// st.Version holds; st must have a boot ID and each claim under its UID.
-// Save does not change st. Concurrent Saves are written in the order they
-// take the Store's lock, so a caller that saves under its own lock never
-// sees an older state overwrite a newer one.
+// a temporary file in the data directory, written, synced, and renamed over
+// the checkpoint, so every process sees the old checkpoint or the new one,
+// whole, and so does the next boot after a crash. The file records Version
+// whatever st.Version holds; st must have a boot ID and each claim under
+// its UID. Save does not change st, and remembers it for Reload.
+// Concurrent Saves are written in the order they take the Store's lock, so
+// a caller that saves under its own lock never sees an older state
+// overwrite a newer one.
+//
+// One fsync, the file's, before the rename. A plugin that crashes or is
+// killed loses nothing without any: the kernel's page cache outlives the
+// process. What a power loss or kernel crash would lose, the next boot
+// discards anyway, since claims of another boot ID are dropped; the fsync
+// only keeps that boot from finding a torn file where the rename was kept
+// and the data was not, which Load would have to report as corrupt and set
+// aside. The directory is not synced: a lost rename leaves the previous
+// checkpoint, whole, of the same old boot, and a temporary file that the
+// plugin's start removes.
 func (s *Store) Save(st *State) error {
 	if st == nil {
 		return fmt.Errorf("checkpoint %s: save of a nil state", s.path)
@@ -316,11 +418,16 @@ func (s *Store) Save(st *State) error {
 		return fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
 	out = append(out, '\n')
+	// Whatever happens, the file may have changed: read it again next time
+	// unless it is remembered anew below.
+	s.forget()
 	// 0600 in a 0700 directory: the checkpoint names the node's claims;
 	// only the plugin reads it.
-	if err := atomicfile.Write(filepath.Join(s.dir, FileName), out, atomicfile.Options{Perm: 0o600, DirPerm: 0o700}); err != nil {
+	f, err := atomicfile.WriteOpen(s.path, out, atomicfile.Options{Perm: 0o600, DirPerm: 0o700, Durability: atomicfile.SyncFile, Sync: s.Sync})
+	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
+	s.remember(st, st.BootID, f)
 	return nil
 }
 

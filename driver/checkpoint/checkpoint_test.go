@@ -504,3 +504,68 @@ func BenchmarkSave(b *testing.B) {
 		}
 	}
 }
+
+// TestReload: Reload reads the file only when it is not the one the Store
+// last read or wrote: replaced (another plugin pod's Save), written into,
+// removed, or read under another boot ID.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var opens int
+	s := checkpoint.NewStore(dir)
+	s.Open = func(name string) (*os.File, error) { opens++; return os.Open(name) }
+	reload := func(have *checkpoint.State, bootID string) (*checkpoint.State, int) {
+		t.Helper()
+		before := opens
+		got, err := s.Reload(bootID, have)
+		require.NoError(t, err)
+		return got, opens - before
+	}
+
+	empty, err := s.Load(boot1)
+	require.NoError(t, err)
+	got, n := reload(empty, boot1)
+	assert.Same(t, empty, got, "still no file")
+	assert.Zero(t, n)
+
+	st := state(boot1, 2)
+	require.NoError(t, s.Save(st))
+	got, n = reload(st, boot1)
+	assert.Same(t, st, got, "the file Save wrote")
+	assert.Zero(t, n)
+	got, n = reload(state(boot1, 2), boot1)
+	assert.Equal(t, st, got, "another State than the one saved: read")
+	assert.Equal(t, 1, n)
+	got, n = reload(got, boot1)
+	assert.Zero(t, n, "the State read")
+
+	// Another process saves: a new file.
+	other := state(boot1, 3)
+	require.NoError(t, checkpoint.NewStore(dir).Save(other))
+	got, n = reload(got, boot1)
+	assert.Equal(t, other, got)
+	assert.Equal(t, 1, n)
+
+	// Written into: the same file, another content.
+	f, err := os.OpenFile(s.Path(), os.O_WRONLY|os.O_TRUNC, 0)
+	require.NoError(t, err)
+	_, err = f.Write(good(t))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	got, n = reload(got, boot1)
+	assert.Equal(t, 1, n)
+	assert.Len(t, got.Claims, 2)
+
+	// Another boot ID, then a removed file.
+	got, n = reload(got, boot2)
+	assert.Equal(t, 1, n)
+	assert.Empty(t, got.Claims)
+	assert.Len(t, got.Dropped, 2)
+	require.NoError(t, os.Remove(s.Path()))
+	got, n = reload(got, boot2)
+	assert.Equal(t, 1, n)
+	assert.Empty(t, got.Dropped)
+	got2, n := reload(got, boot2)
+	assert.Same(t, got, got2)
+	assert.Zero(t, n)
+}

@@ -114,12 +114,19 @@ type e2eNode struct {
 	dra     drapb.DRAPluginClient
 	conns   []*grpc.ClientConn
 	cdi     *cdi.Writer
+	bin     string   // the plugin binary; pluginBinary() when ""
+	args    []string // more flags for the plugin
 }
 
-func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver.GroupMode) *e2eNode {
+// newE2ENode makes the node and starts its plugin; opts change the node
+// before the plugin starts.
+func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver.GroupMode, opts ...func(*e2eNode)) *e2eNode {
 	t.Helper()
 	ctx := context.Background()
 	n := &e2eNode{t: t, c: c, name: name, fixture: fixture, mode: mode, gpuRoot: map[string]string{}, efaRoot: map[string]string{}}
+	for _, o := range opts {
+		o(n)
+	}
 	// No controller manager: the service account a pod needs by default.
 	_, err := c.client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
 	require.NoError(t, createIgnoreExists(err))
@@ -255,14 +262,18 @@ func pluginBinary() (string, error) {
 // for its /readyz.
 func (n *e2eNode) start() {
 	t := n.t
-	bin, err := pluginBinary()
-	require.NoError(t, err)
+	bin := n.bin
+	if bin == "" {
+		var err error
+		bin, err = pluginBinary()
+		require.NoError(t, err)
+	}
 	port, err := freePort()
 	require.NoError(t, err)
-	cmd := exec.Command(bin, "--node-name", n.name, "--kubeconfig", filepath.Join(n.c.dir, "admin.kubeconfig"),
+	cmd := exec.Command(bin, append([]string{"--node-name", n.name, "--kubeconfig", filepath.Join(n.c.dir, "admin.kubeconfig"),
 		"--sysfs", n.fixture, "--proc", filepath.Join(n.dir, "proc"), "--cdi-root", filepath.Join(n.dir, "cdi"),
 		"--kubelet-registrar-directory-path", filepath.Join(n.dir, "reg"), "--kubelet-plugins-directory-path", filepath.Join(n.dir, "plugins"),
-		"--groups", modeFlag(n.mode), "--http-address", fmt.Sprintf("127.0.0.1:%d", port), "-v", "2")
+		"--groups", modeFlag(n.mode), "--http-address", fmt.Sprintf("127.0.0.1:%d", port), "-v", "2"}, n.args...)...)
 	log, err := os.OpenFile(filepath.Join(n.dir, "plugin.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	cmd.Stdout, cmd.Stderr = log, log

@@ -1,9 +1,12 @@
-// Package driver is the Kubernetes DRA side of efakit: the devices and
-// ResourceSlices that publish a machine's EFAs, the DeviceClasses the
-// project ships, and (with the kubelet plugin) their preparation for pods.
-// It adds no hardware knowledge of its own: everything it publishes comes
-// from the topology package.
-package driver
+// Package resources is what efakit's DRA driver publishes, built from the
+// topology alone: the devices and ResourceSlices of a node's EFAs (single,
+// or grouped by PCIe root), their health taints, the DeviceClasses and
+// ResourceClaimTemplates the project ships, the opaque claim configuration,
+// and how to tell efakit's slices from another publisher's. It needs only
+// the API types: no client, gRPC or metrics, so that `efakit slices` prints
+// what the kubelet plugin (package driver) publishes, from the same
+// functions, without linking the plugin.
+package resources
 
 import (
 	"fmt"
@@ -15,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/pcie"
@@ -79,7 +81,8 @@ type Config struct {
 	Groups GroupMode
 }
 
-func (c Config) driverName() string {
+// Driver is the driver name: DriverName, or DefaultDriverName when empty.
+func (c Config) Driver() string {
 	if c.DriverName == "" {
 		return DefaultDriverName
 	}
@@ -96,14 +99,16 @@ func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttrib
 func num(n int64) resourceapi.DeviceAttribute  { return resourceapi.DeviceAttribute{IntValue: &n} }
 func flag(b bool) resourceapi.DeviceAttribute  { return resourceapi.DeviceAttribute{BoolValue: &b} }
 
-// EFADevice is the published device of one EFA of the topology.
-func EFADevice(t *topology.Topology, d *topology.Device, names *pcie.Names, cfg Config) (resourceapi.Device, error) {
+// EFADevice is the published device of one EFA of the topology. Its vendor
+// name is the built-in one (an EFA is Amazon's, 1d0f): what a node publishes
+// never depends on the pci.ids it happens to have.
+func EFADevice(t *topology.Topology, d *topology.Device, cfg Config) (resourceapi.Device, error) {
 	if d.Kind != topology.KindEFA || d.EFA == nil {
 		return resourceapi.Device{}, fmt.Errorf("%s is not an EFA", d.Name)
 	}
 	std, _ := t.StandardAttributes(d)
 	p := d.PCI
-	vendor := names.Vendor(p.Vendor)
+	vendor := pcie.BuiltinVendor(p.Vendor)
 	if vendor == "" {
 		vendor = fmt.Sprintf("%04x", p.Vendor)
 	}
@@ -215,12 +220,30 @@ func CheckDevice(d resourceapi.Device) error {
 	return nil
 }
 
-// Resources are the devices of the node's pool, in the form
-// kubeletplugin.Helper.PublishResources takes; `efakit slices` turns the same
-// value into ResourceSlice objects. By cfg.Groups: single EFAs (the
-// default), one group device per PCIe root instead (exclusive), or both,
-// made exclusive by shared counters in a counters-only slice (mixed).
-func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourceslice.DriverResources, error) {
+// Pool is a node's pool of devices: its slices in order. The plugin hands
+// it to the kubelet plugin helper (as resourceslice.DriverResources);
+// Slices turns it into ResourceSlice objects.
+type Pool struct {
+	Name string // the node's name
+	// Generation is the pool's generation; 0 is printed as 1, as the
+	// helper's controller starts.
+	Generation int64
+	Slices     []Slice
+}
+
+// Slice is one ResourceSlice's content: devices, or (mixed group mode)
+// the counter sets they consume.
+type Slice struct {
+	Devices        []resourceapi.Device
+	SharedCounters []resourceapi.CounterSet
+}
+
+// Build makes the devices of the node's pool. By cfg.Groups: single EFAs
+// (the default), one group device per PCIe root instead (exclusive), or
+// both, made exclusive by shared counters in a counters-only slice (mixed).
+// An EFA that cannot be published is named in the error; the others are
+// in the pool.
+func Build(t *topology.Topology, cfg Config) (Pool, error) {
 	var singles []resourceapi.Device
 	var members []*topology.Device
 	var errs []string
@@ -231,7 +254,7 @@ func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourcesli
 			errs = append(errs, fmt.Sprintf("efa %s: no uverbs device: not published", d.Name))
 			continue
 		}
-		dev, err := EFADevice(t, d, names, cfg)
+		dev, err := EFADevice(t, d, cfg)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -274,12 +297,12 @@ func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourcesli
 			devs = append(devs, dev)
 		}
 	default:
-		return resourceslice.DriverResources{}, fmt.Errorf("unknown group mode %q (none, exclusive, mixed)", cfg.Groups)
+		return Pool{}, fmt.Errorf("unknown group mode %q (none, exclusive, mixed)", cfg.Groups)
 	}
-	pool := resourceslice.Pool{}
+	pool := Pool{Name: cfg.NodeName}
 	for len(counters) > 0 {
 		n := min(len(counters), resourceapi.ResourceSliceMaxCounterSets)
-		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: counters[:n]})
+		pool.Slices = append(pool.Slices, Slice{SharedCounters: counters[:n]})
 		counters = counters[n:]
 	}
 	per := MaxDevicesPerSlice
@@ -288,52 +311,43 @@ func Resources(t *topology.Topology, names *pcie.Names, cfg Config) (resourcesli
 	}
 	for len(devs) > 0 {
 		n := min(len(devs), per)
-		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs[:n]})
+		pool.Slices = append(pool.Slices, Slice{Devices: devs[:n]})
 		devs = devs[n:]
 	}
 	if len(pool.Slices) == 0 {
 		// An empty pool says the driver runs and the node has no EFA.
-		pool.Slices = []resourceslice.Slice{{Devices: []resourceapi.Device{}}}
+		pool.Slices = []Slice{{Devices: []resourceapi.Device{}}}
 	}
-	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{cfg.NodeName: pool}}
 	if len(errs) > 0 {
-		return res, fmt.Errorf("%s", strings.Join(errs, "\n"))
+		return pool, fmt.Errorf("%s", strings.Join(errs, "\n"))
 	}
-	return res, nil
+	return pool, nil
 }
 
 func oneCounter() resourceapi.Counter { return resourceapi.Counter{Value: resource.MustParse("1")} }
 
-// Slices turns DriverResources into the ResourceSlice objects the kubelet
-// plugin's controller creates for a node: one pool per node, generation 1,
-// names generated from the slice index, driver and node.
-func Slices(res resourceslice.DriverResources, cfg Config) []*resourceapi.ResourceSlice {
-	var out []*resourceapi.ResourceSlice
-	pools := make([]string, 0, len(res.Pools))
-	for name := range res.Pools {
-		pools = append(pools, name)
+// Slices turns a pool into the ResourceSlice objects the kubelet plugin's
+// controller creates for a node: generation 1 (or the pool's), names
+// generated from the slice index, driver and node.
+func Slices(pool Pool, cfg Config) []*resourceapi.ResourceSlice {
+	gen := pool.Generation
+	if gen == 0 {
+		gen = 1
 	}
-	slices.Sort(pools)
-	for _, name := range pools {
-		pool := res.Pools[name]
-		gen := pool.Generation
-		if gen == 0 {
-			gen = 1
-		}
-		for i, s := range pool.Slices {
-			node := cfg.NodeName
-			out = append(out, &resourceapi.ResourceSlice{
-				TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
-				ObjectMeta: metav1.ObjectMeta{GenerateName: fmt.Sprintf("%x-%s-%s-", i, cfg.driverName(), node)},
-				Spec: resourceapi.ResourceSliceSpec{
-					Driver:         cfg.driverName(),
-					NodeName:       &node,
-					Pool:           resourceapi.ResourcePool{Name: name, Generation: gen, ResourceSliceCount: int64(len(pool.Slices))},
-					Devices:        s.Devices,
-					SharedCounters: s.SharedCounters,
-				},
-			})
-		}
+	out := make([]*resourceapi.ResourceSlice, 0, len(pool.Slices))
+	for i, s := range pool.Slices {
+		node := cfg.NodeName
+		out = append(out, &resourceapi.ResourceSlice{
+			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+			ObjectMeta: metav1.ObjectMeta{GenerateName: fmt.Sprintf("%x-%s-%s-", i, cfg.Driver(), node)},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver:         cfg.Driver(),
+				NodeName:       &node,
+				Pool:           resourceapi.ResourcePool{Name: pool.Name, Generation: gen, ResourceSliceCount: int64(len(pool.Slices))},
+				Devices:        s.Devices,
+				SharedCounters: s.SharedCounters,
+			},
+		})
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package driver
+package resources
 
 import (
 	"fmt"
@@ -14,6 +14,10 @@ const (
 	AutoModeLabel = "eks.amazonaws.com/compute-type"
 	AutoModeValue = "auto"
 )
+
+// DevicePluginResource is the extended resource of AWS's EFA device plugin:
+// where a Node's capacity shows it, that plugin owns the node's EFAs.
+const DevicePluginResource = "vpc.amazonaws.com/efa"
 
 // OwnSlice reports whether a ResourceSlice of driverName is one efakit
 // writes: every device is named and kinded as efakit names and kinds them

@@ -1,4 +1,4 @@
-package driver
+package resources
 
 import (
 	"fmt"
@@ -61,8 +61,8 @@ type Group struct {
 	Members []*topology.Device // in PCI order
 }
 
-// memberNames are the published device names of the group's members.
-func (g Group) memberNames() []string {
+// MemberNames are the published device names of the group's members.
+func (g Group) MemberNames() []string {
 	out := make([]string, len(g.Members))
 	for i, m := range g.Members {
 		out[i] = DeviceName(m.PCI.Address)

@@ -1,4 +1,4 @@
-package driver_test
+package resources_test
 
 import (
 	"fmt"
@@ -6,17 +6,16 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/efakit/efakit/driver"
-	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
-// ExamplePublishedResources builds the ResourceSlices of a node, as the
-// plugin publishes them and `efakit slices` prints them (one function
-// builds both), from a bundled p4d.24xlarge capture.
-func ExamplePublishedResources() {
-	root, err := sysfs.Open("../testdata/sysfs/p4d.24xlarge.sysfs") // /sys on the node
+// ExamplePublished builds the ResourceSlices of a node, as the plugin
+// publishes them and `efakit slices` prints them (one function builds
+// both), from a bundled p4d.24xlarge capture.
+func ExamplePublished() {
+	root, err := sysfs.Open("../../testdata/sysfs/p4d.24xlarge.sysfs") // /sys on the node
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -25,18 +24,17 @@ func ExamplePublishedResources() {
 	if err != nil {
 		fmt.Println(err) // the damaged devices; the others are published
 	}
-	names, _ := pcie.LoadNames() // the machine's pci.ids, else built-in names
-	cfg := driver.Config{NodeName: "node-1"}
-	res, err := driver.PublishedResources(topo, names, cfg)
+	cfg := resources.Config{NodeName: "node-1"}
+	res, err := resources.Published(topo, cfg)
 	if err != nil {
 		fmt.Println(err) // devices left out, and why
 	}
-	for _, s := range driver.Slices(res, cfg) {
+	for _, s := range resources.Slices(res, cfg) {
 		fmt.Println(s.Spec.Driver, *s.Spec.NodeName, s.Spec.Pool.Name, len(s.Spec.Devices), "devices")
 		for _, d := range s.Spec.Devices {
 			fmt.Print(" ", d.Name)
 			// numaNode is absent where the kernel says -1.
-			for _, attr := range []resourceapi.QualifiedName{driver.AttrPCIeRoot, driver.AttrNUMANode, driver.AttrRDMADev, driver.AttrUverbs} {
+			for _, attr := range []resourceapi.QualifiedName{resources.AttrPCIeRoot, resources.AttrNUMANode, resources.AttrRDMADev, resources.AttrUverbs} {
 				fmt.Print(" ", value(d.Attributes[attr]))
 			}
 			fmt.Println()

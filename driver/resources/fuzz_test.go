@@ -1,4 +1,4 @@
-package driver_test
+package resources_test
 
 import (
 	"fmt"
@@ -8,9 +8,8 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/fixturegen/seeds"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -44,25 +43,25 @@ func FuzzPublishedResources(f *testing.F) {
 			return
 		}
 		topo, _ := topology.Scan(m)
-		cfg := driver.Config{NodeName: "node-1", NUMAList: numaList, Groups: groupModes[int(mode)%len(groupModes)]}
-		res, err := driver.PublishedResources(topo, nil, cfg)
-		if msg := checkResources(topo, res.Pools[cfg.NodeName].Slices, err, cfg); msg != "" {
+		cfg := resources.Config{NodeName: "node-1", NUMAList: numaList, Groups: groupModes[int(mode)%len(groupModes)]}
+		res, err := resources.Published(topo, cfg)
+		if msg := checkResources(topo, res.Slices, err, cfg); msg != "" {
 			t.Fatalf("groups %q: %s", cfg.Groups, msg)
 		}
-		objs := driver.Slices(res, cfg)
+		objs := resources.Slices(res, cfg)
 		for _, o := range objs {
-			if o.Spec.Pool.ResourceSliceCount != int64(len(objs)) || *o.Spec.NodeName != cfg.NodeName || o.Spec.Driver != driver.DefaultDriverName {
+			if o.Spec.Pool.ResourceSliceCount != int64(len(objs)) || *o.Spec.NodeName != cfg.NodeName || o.Spec.Driver != resources.DefaultDriverName {
 				t.Fatalf("groups %q: slice of pool %s: count %d of %d, node %s, driver %s", cfg.Groups, o.Spec.Pool.Name, o.Spec.Pool.ResourceSliceCount, len(objs), *o.Spec.NodeName, o.Spec.Driver)
 			}
 		}
 	})
 }
 
-var groupModes = []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed}
+var groupModes = []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed}
 
 // checkResources returns what is wrong with a pool's slices, "" for
 // nothing.
-func checkResources(topo *topology.Topology, pool []resourceslice.Slice, err error, cfg driver.Config) string {
+func checkResources(topo *topology.Topology, pool []resources.Slice, err error, cfg resources.Config) string {
 	if len(pool) == 0 {
 		return "no slice: an empty pool has one empty slice"
 	}
@@ -72,8 +71,8 @@ func checkResources(topo *topology.Topology, pool []resourceslice.Slice, err err
 	}
 	devs := map[string]resourceapi.Device{}
 	offered := map[string]map[string]bool{} // counter set -> counters
-	per := driver.MaxDevicesPerSlice
-	if cfg.Groups == driver.GroupsMixed {
+	per := resources.MaxDevicesPerSlice
+	if cfg.Groups == resources.GroupsMixed {
 		per = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 	}
 	for _, s := range pool {
@@ -84,7 +83,7 @@ func checkResources(topo *topology.Topology, pool []resourceslice.Slice, err err
 			if _, ok := devs[d.Name]; ok {
 				return "device " + d.Name + " twice"
 			}
-			if err := driver.CheckDevice(d); err != nil {
+			if err := resources.CheckDevice(d); err != nil {
 				return "published: " + err.Error()
 			}
 			devs[d.Name] = d
@@ -112,9 +111,9 @@ func checkResources(topo *topology.Topology, pool []resourceslice.Slice, err err
 		if e.EFA.Verbs == nil {
 			continue
 		}
-		name := driver.DeviceName(e.PCI.Address)
-		if cfg.Groups == driver.GroupsExclusive {
-			name = driver.GroupDeviceName(e.PCI.Root)
+		name := resources.DeviceName(e.PCI.Address)
+		if cfg.Groups == resources.GroupsExclusive {
+			name = resources.GroupDeviceName(e.PCI.Root)
 		}
 		if _, ok := devs[name]; !ok && !strings.Contains(msg, e.Name) && !strings.Contains(msg, name) {
 			return "EFA " + e.Name + " (" + name + ") neither published nor named in the error"

@@ -1,4 +1,4 @@
-package driver_test
+package resources_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/fakesys"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/pcie"
@@ -19,7 +19,7 @@ import (
 
 func TestResourcesOfEveryFixture(t *testing.T) {
 	t.Parallel()
-	for name, path := range testfixture.Captures(t, "..") {
+	for name, path := range testfixture.Captures(t, "../..") {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			root, err := sysfs.Open(path)
@@ -27,20 +27,20 @@ func TestResourcesOfEveryFixture(t *testing.T) {
 			topo, err := topology.Scan(root)
 			require.NoError(t, err)
 			for _, list := range []bool{false, true} {
-				cfg := driver.Config{NodeName: "n", NUMAList: list}
-				res, err := driver.Resources(topo, nil, cfg)
+				cfg := resources.Config{NodeName: "n", NUMAList: list}
+				res, err := resources.Build(topo, cfg)
 				require.NoError(t, err)
-				slices := driver.Slices(res, cfg)
+				slices := resources.Slices(res, cfg)
 				require.NotEmpty(t, slices, "an empty pool is still published")
 				total := 0
 				for _, s := range slices {
-					assert.LessOrEqual(t, len(s.Spec.Devices), driver.MaxDevicesPerSlice)
+					assert.LessOrEqual(t, len(s.Spec.Devices), resources.MaxDevicesPerSlice)
 					assert.Equal(t, "n", s.Spec.Pool.Name)
 					assert.Equal(t, int64(len(slices)), s.Spec.Pool.ResourceSliceCount)
 					for _, d := range s.Spec.Devices {
-						require.NoError(t, driver.CheckDevice(d))
+						require.NoError(t, resources.CheckDevice(d))
 						// Every attribute a shipped class reads is there.
-						assert.Equal(t, "Elastic Fabric Adapter (EFA)", *d.Attributes[driver.AttrPCIDevice].StringValue)
+						assert.Equal(t, "Elastic Fabric Adapter (EFA)", *d.Attributes[resources.AttrPCIDevice].StringValue)
 						assert.True(t, strings.HasPrefix(d.Name, "efa-"))
 						total++
 					}
@@ -53,49 +53,49 @@ func TestResourcesOfEveryFixture(t *testing.T) {
 
 func TestEFADeviceAttributes(t *testing.T) {
 	t.Parallel()
-	root, err := sysfs.Open("../testdata/sysfs/trn1.32xlarge.sysfs")
+	root, err := sysfs.Open("../../testdata/sysfs/trn1.32xlarge.sysfs")
 	require.NoError(t, err)
 	topo, err := topology.Scan(root)
 	require.NoError(t, err)
 	a, _ := pcie.ParseAddress("0000:10:19.0")
-	d, err := driver.EFADevice(topo, topo.Lookup(a), nil, driver.Config{NodeName: "n"})
+	d, err := resources.EFADevice(topo, topo.Lookup(a), resources.Config{NodeName: "n"})
 	require.NoError(t, err)
 	assert.Equal(t, "efa-0000-10-19-0", d.Name)
 	s := func(n resourceapi.QualifiedName) string { return *d.Attributes[n].StringValue }
-	assert.Equal(t, "pci0000:10", s(driver.AttrPCIeRoot))
-	assert.Equal(t, "0000:10:19.0", s(driver.AttrPCIBusID))
-	assert.Equal(t, "0000:10:19.0", s(driver.AttrPCIAddr))
-	assert.Equal(t, "178a9e264a26793e", s(driver.AttrGroup4))
-	assert.Equal(t, "rdmap16s25", s(driver.AttrRDMADev))
-	assert.Equal(t, "efa1", s(driver.AttrPCISubsys))
-	assert.Equal(t, "Amazon.com, Inc.", s(driver.AttrPCIVendor))
-	assert.Equal(t, "0000:10:1c.0,0000:10:1d.0", s(driver.AttrAccel))
-	assert.True(t, *d.Attributes[driver.AttrRDMA].BoolValue)
-	assert.False(t, *d.Attributes[driver.AttrVirtual].BoolValue)
-	assert.Equal(t, int64(0), *d.Attributes[driver.AttrNUMANode].IntValue)
+	assert.Equal(t, "pci0000:10", s(resources.AttrPCIeRoot))
+	assert.Equal(t, "0000:10:19.0", s(resources.AttrPCIBusID))
+	assert.Equal(t, "0000:10:19.0", s(resources.AttrPCIAddr))
+	assert.Equal(t, "178a9e264a26793e", s(resources.AttrGroup4))
+	assert.Equal(t, "rdmap16s25", s(resources.AttrRDMADev))
+	assert.Equal(t, "efa1", s(resources.AttrPCISubsys))
+	assert.Equal(t, "Amazon.com, Inc.", s(resources.AttrPCIVendor))
+	assert.Equal(t, "0000:10:1c.0,0000:10:1d.0", s(resources.AttrAccel))
+	assert.True(t, *d.Attributes[resources.AttrRDMA].BoolValue)
+	assert.False(t, *d.Attributes[resources.AttrVirtual].BoolValue)
+	assert.Equal(t, int64(0), *d.Attributes[resources.AttrNUMANode].IntValue)
 
 	// No NUMA: neither numaNode is published.
-	g5, err := sysfs.Open("../testdata/sysfs/g5.8xlarge.sysfs")
+	g5, err := sysfs.Open("../../testdata/sysfs/g5.8xlarge.sysfs")
 	require.NoError(t, err)
 	topo, err = topology.Scan(g5)
 	require.NoError(t, err)
-	d, err = driver.EFADevice(topo, topo.ByName("efa_0"), nil, driver.Config{})
+	d, err = resources.EFADevice(topo, topo.ByName("efa_0"), resources.Config{})
 	require.NoError(t, err)
-	assert.NotContains(t, d.Attributes, driver.AttrNUMANode)
-	assert.NotContains(t, d.Attributes, driver.AttrNUMALocal)
-	assert.NotContains(t, d.Attributes, driver.AttrGroup1, "no device groups off Trainium")
+	assert.NotContains(t, d.Attributes, resources.AttrNUMANode)
+	assert.NotContains(t, d.Attributes, resources.AttrNUMALocal)
+	assert.NotContains(t, d.Attributes, resources.AttrGroup1, "no device groups off Trainium")
 }
 
 func TestCheckDeviceLimits(t *testing.T) {
 	t.Parallel()
 	v := "x"
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
-	for i := range driver.MaxAttributesAndCapacities {
+	for i := range resources.MaxAttributesAndCapacities {
 		attrs[resourceapi.QualifiedName(fmt.Sprintf("a%d", i))] = resourceapi.DeviceAttribute{StringValue: &v}
 	}
-	assert.NoError(t, driver.CheckDevice(resourceapi.Device{Name: "ok", Attributes: attrs}))
+	assert.NoError(t, resources.CheckDevice(resourceapi.Device{Name: "ok", Attributes: attrs}))
 	attrs["one_more"] = resourceapi.DeviceAttribute{StringValue: &v}
-	assert.ErrorContains(t, driver.CheckDevice(resourceapi.Device{Name: "ok", Attributes: attrs}), "33 attributes")
+	assert.ErrorContains(t, resources.CheckDevice(resourceapi.Device{Name: "ok", Attributes: attrs}), "33 attributes")
 
 	long := strings.Repeat("x", 65)
 	for _, tc := range []struct {
@@ -108,7 +108,7 @@ func TestCheckDeviceLimits(t *testing.T) {
 		{resourceapi.Device{Name: "ok", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"Bad_Domain/x": {StringValue: &v}}}, "domain"},
 		{resourceapi.Device{Name: "ok", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"none": {}}}, "0 values"},
 	} {
-		assert.ErrorContains(t, driver.CheckDevice(tc.d), tc.want)
+		assert.ErrorContains(t, resources.CheckDevice(tc.d), tc.want)
 	}
 }
 
@@ -123,10 +123,10 @@ func TestSlicesSplit(t *testing.T) {
 	}
 	topo, err := topology.Scan(b.FS())
 	require.NoError(t, err)
-	cfg := driver.Config{NodeName: "n"}
-	res, err := driver.Resources(topo, nil, cfg)
+	cfg := resources.Config{NodeName: "n"}
+	res, err := resources.Build(topo, cfg)
 	require.NoError(t, err)
-	slices := driver.Slices(res, cfg)
+	slices := resources.Slices(res, cfg)
 	require.Len(t, slices, 2)
 	assert.Len(t, slices[0].Spec.Devices, 128)
 	assert.Len(t, slices[1].Spec.Devices, 2)
@@ -136,12 +136,13 @@ func TestSlicesSplit(t *testing.T) {
 
 func TestDeviceClasses(t *testing.T) {
 	t.Parallel()
-	c := driver.DeviceClasses("", "")
+	c := resources.DeviceClasses("", "")
 	require.Len(t, c, 2)
 	assert.Equal(t, "efa-group.networking.k8s.aws", c[1].Name)
-	assert.Equal(t, awsEFAClass.Name, c[0].Name)
-	assert.Equal(t, awsEFAClass.Spec.Selectors[0].CEL.Expression, c[0].Spec.Selectors[0].CEL.Expression)
-	o := driver.DeviceClasses("efa.example.com", "efa.example.com")
+	// AWS's class, as AWS ships it.
+	assert.Equal(t, "efa.networking.k8s.aws", c[0].Name)
+	assert.Equal(t, `device.driver == "dra.net" && device.attributes["dra.net"].pciDevice == "Elastic Fabric Adapter (EFA)"`, c[0].Spec.Selectors[0].CEL.Expression)
+	o := resources.DeviceClasses("efa.example.com", "efa.example.com")
 	assert.Contains(t, o[0].Spec.Selectors[0].CEL.Expression, `device.attributes["efa.example.com"]`)
 }
 
@@ -150,31 +151,31 @@ func TestDeviceClasses(t *testing.T) {
 // each set one counter per member, consumed by its single and its group.
 func TestGroupResourcesWithinLimits(t *testing.T) {
 	t.Parallel()
-	for name, path := range testfixture.Captures(t, "..") {
-		for _, mode := range []driver.GroupMode{driver.GroupsExclusive, driver.GroupsMixed} {
+	for name, path := range testfixture.Captures(t, "../..") {
+		for _, mode := range []resources.GroupMode{resources.GroupsExclusive, resources.GroupsMixed} {
 			t.Run(name+"/"+string(mode), func(t *testing.T) {
 				t.Parallel()
 				root, err := sysfs.Open(path)
 				require.NoError(t, err)
 				topo, err := topology.Scan(root)
 				require.NoError(t, err)
-				cfg := driver.Config{NodeName: "n", Groups: mode}
-				res, err := driver.Resources(topo, nil, cfg)
+				cfg := resources.Config{NodeName: "n", Groups: mode}
+				res, err := resources.Build(topo, cfg)
 				require.NoError(t, err)
 				groups, singles, consumers := 0, 0, map[string]int{}
-				for _, s := range driver.Slices(res, cfg) {
+				for _, s := range resources.Slices(res, cfg) {
 					assert.False(t, len(s.Spec.Devices) > 0 && len(s.Spec.SharedCounters) > 0, "devices or counters, not both")
 					assert.LessOrEqual(t, len(s.Spec.SharedCounters), resourceapi.ResourceSliceMaxCounterSets)
-					if mode == driver.GroupsMixed {
+					if mode == resources.GroupsMixed {
 						assert.LessOrEqual(t, len(s.Spec.Devices), resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)
 					}
 					for _, d := range s.Spec.Devices {
-						require.NoError(t, driver.CheckDevice(d))
-						assert.NotEmpty(t, *d.Attributes[driver.AttrPCIDevice].StringValue, "every class's attribute is there")
-						assert.NotEmpty(t, *d.Attributes[driver.AttrKind].StringValue)
+						require.NoError(t, resources.CheckDevice(d))
+						assert.NotEmpty(t, *d.Attributes[resources.AttrPCIDevice].StringValue, "every class's attribute is there")
+						assert.NotEmpty(t, *d.Attributes[resources.AttrKind].StringValue)
 						if strings.HasPrefix(d.Name, "efa-group-") {
 							groups++
-							assert.Equal(t, driver.GroupPCIDevice, *d.Attributes[driver.AttrPCIDevice].StringValue)
+							assert.Equal(t, resources.GroupPCIDevice, *d.Attributes[resources.AttrPCIDevice].StringValue)
 						} else {
 							singles++
 						}
@@ -191,7 +192,7 @@ func TestGroupResourcesWithinLimits(t *testing.T) {
 					return
 				}
 				assert.NotZero(t, groups)
-				if mode == driver.GroupsExclusive {
+				if mode == resources.GroupsExclusive {
 					assert.Zero(t, singles)
 					assert.Empty(t, consumers, "no counters in exclusive mode")
 				} else {

@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
+
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// maxPluginRSS is the budget for the plugin's steady VmRSS on a p5: 35 MB.
+const maxPluginRSS = 35_000_000
+
+// imagePluginBinary builds cmd/efakit-plugin as the image does (static,
+// -trimpath, -s -w): what runs on a node, without cgo's libc.
+func imagePluginBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "efakit-plugin")
+	b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "github.com/efakit/efakit/cmd/efakit-plugin")
+	b.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := b.CombinedOutput()
+	require.NoError(t, err, "go build efakit-plugin:\n%s", out)
+	// On a node the binary comes from an image layer written to disk
+	// well before the plugin gives its start-up pages back (after its
+	// first periodic rescan, a minute by default); here the rescan comes
+	// after 5 s, so the just-linked file is written back first: the
+	// kernel cannot drop dirty pages.
+	f, err := os.Open(bin)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	return bin
+}
+
+// procStatus reads the memory lines of /proc/<pid>/status, in bytes.
+func procStatus(t *testing.T, pid int) map[string]int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		if fs := strings.Fields(v); len(fs) == 2 && fs[1] == "kB" {
+			n, err := strconv.ParseInt(fs[0], 10, 64)
+			require.NoError(t, err, "%s", sc.Text())
+			out[k] = n << 10
+		}
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+// metrics reads the plugin's /metrics: each unlabelled sample by name.
+func (n *e2eNode) metrics() map[string]float64 {
+	n.t.Helper()
+	resp, err := http.Get(n.http + "/metrics")
+	require.NoError(n.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(n.t, err)
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		name, val, ok := strings.Cut(l, " ")
+		if !ok || strings.HasPrefix(l, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(val, 64); err == nil {
+			out[name] = f
+		}
+	}
+	return out
+}
+
+// TestPluginMemory runs the plugin binary, built as the image builds it, on
+// a p5 (32 EFAs) against the real API server, with a kubelet's health
+// stream open, and reads its /proc/PID/status once it is steady: it has
+// published, given its start-up pages back, and done its periodic work
+// (rescans, health reports, the API reads that check for another owner,
+// garbage collections, /metrics scrapes) for a while. Its VmRSS must stay
+// within 35 MB. The rescan and health intervals are 5 s (1 minute and 10 s
+// by default) so that this takes seconds, not minutes.
+func TestPluginMemory(t *testing.T) {
+	c := apiServer(t)
+	bin := imagePluginBinary(t)
+	// A directory, as /sys is on a node (a capture file would be held in
+	// the plugin's heap: 1.4 MB for the p5's).
+	f, err := os.Open("../../testdata/sysfs/p5.48xlarge.sysfs")
+	require.NoError(t, err)
+	entries, err := sysfs.ParseCapture(f)
+	f.Close()
+	require.NoError(t, err)
+	sys := filepath.Join(t.TempDir(), "sys")
+	require.NoError(t, sysfs.WriteDir(sys, entries))
+	n := newE2ENode(t, c, "p5-memory", sys, driver.GroupsNone, func(n *e2eNode) {
+		n.bin = bin
+		n.args = []string{"--rescan-interval", "5s", "--health-interval", "5s"}
+	})
+	n.slices(32)
+	pid := n.proc.Process.Pid
+
+	// The kubelet keeps the health stream open; the plugin sends on it
+	// every health interval.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := drahealth.NewDRAResourceHealthClient(n.conns[1]).NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
+	require.NoError(t, err)
+	var reports atomic.Int32
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+			reports.Add(1)
+		}
+	}()
+
+	released := func() bool {
+		b, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
+		return strings.Contains(string(b), "gave start-up pages back to the kernel")
+	}
+	if !assert.Eventually(t, released, 30*time.Second, 200*time.Millisecond, "the plugin gives its start-up pages back after its first rescan; log:\n%s", n.log()) {
+		t.Log("measuring without it")
+	}
+	// Steady: after the release, at least three more rescans and two
+	// collections (each touches the code and tables it needs again).
+	m0 := n.metrics()
+	require.Eventually(t, func() bool {
+		m := n.metrics()
+		return m["efakit_plugin_scan_seconds_count"] >= m0["efakit_plugin_scan_seconds_count"]+3 &&
+			m["go_gc_duration_seconds_count"] >= m0["go_gc_duration_seconds_count"]+2
+	}, 60*time.Second, 5*time.Second, "rescans and collections after the release")
+
+	// Then ten seconds of samples, one a second.
+	var peak map[string]int64
+	for range 10 {
+		time.Sleep(time.Second)
+		if st := procStatus(t, pid); st["VmRSS"] > peak["VmRSS"] {
+			peak = st
+		}
+	}
+	m := n.metrics()
+	mb := func(b float64) string { return fmt.Sprintf("%.1f MB", b/1e6) }
+	t.Logf("plugin steady on a p5: VmRSS %s (RssAnon %s, RssFile %s); VmHWM %s at start", mb(float64(peak["VmRSS"])),
+		mb(float64(peak["RssAnon"])), mb(float64(peak["RssFile"])), mb(float64(peak["VmHWM"])))
+	t.Logf("Go: heap live+garbage %s, heap in use %s, next GC %s, stacks %s, runtime total %s, limit %s",
+		mb(m["go_memstats_heap_alloc_bytes"]), mb(m["go_memstats_heap_inuse_bytes"]), mb(m["go_memstats_next_gc_bytes"]),
+		mb(m["go_memstats_stack_inuse_bytes"]), mb(m["go_memstats_sys_bytes"]-m["go_memstats_heap_released_bytes"]),
+		mb(m["go_gc_gomemlimit_bytes"]))
+	t.Logf("over %.0f s: %v collections (%.0f ms of pauses), %.2f s of CPU, %d scans, %d health reports",
+		float64(time.Now().Unix())-m["process_start_time_seconds"], m["go_gc_duration_seconds_count"], m["go_gc_duration_seconds_sum"]*1000,
+		m["process_cpu_seconds_total"], int(m["efakit_plugin_scan_seconds_count"]), reports.Load())
+	assert.Positive(t, reports.Load(), "health reports on the stream")
+	assert.LessOrEqual(t, peak["VmRSS"], int64(maxPluginRSS), "the plugin's steady VmRSS on a p5")
+}
