@@ -11,14 +11,14 @@ import (
 )
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
-// is not set. On a p5 (32 EFAs) the plugin's live heap is about 5 MB and
-// the runtime's own memory 8-9 MB more: without a limit (GOGC=100) the
-// heap grew to twice the live heap between collections and RssAnon was
-// 13.4 MB after two minutes, with 16 MiB 11.4 MB at the same cost (8
-// collections instead of 5, 0.30 s of CPU instead of 0.26 s). 12 MiB gave
-// 9.4 MB but 64 collections and 0.65 s: the heap's goal sat at the live
-// heap. Near the limit the collector runs more often; it never fails an
-// allocation.
+// is not set. On a p5 (32 EFAs) the plugin's live heap is 4-5 MB and the
+// runtime's own memory 8-9 MB more. In two minutes with the default
+// intervals, without a limit (GOGC=100) the heap grew to twice the live
+// heap between collections and RssAnon was 13.7 MB; with 16 MiB 11.7 MB,
+// for 8 collections instead of 5 and 0.30 s of CPU instead of 0.26 s;
+// 12 MiB gave 9.6 MB but 64 collections and 0.65 s, the heap's goal at the
+// live heap. Near the limit the collector runs more often; it never fails
+// an allocation.
 const defaultMemoryLimit = 16 << 20
 
 // limitMemory sets the default soft memory limit unless GOMEMLIMIT set one,

@@ -115,8 +115,8 @@ func TestPluginMemory(t *testing.T) {
 	n.slices(32)
 	pid := n.proc.Process.Pid
 
-	// The kubelet keeps the health stream open; the plugin sends on it
-	// every health interval.
+	// The kubelet keeps the health stream open (on the DRA socket,
+	// conns[1]); the plugin sends on it every health interval.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := drahealth.NewDRAResourceHealthClient(n.conns[1]).NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
