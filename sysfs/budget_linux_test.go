@@ -3,7 +3,6 @@ package sysfs_test
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -53,13 +52,7 @@ func TestSyscallBudget(t *testing.T) {
 	for name, path := range testfixture.Captures(t, "..") {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			mem, err := sysfs.OpenCapture(path)
-			require.NoError(t, err)
-			dir := filepath.Join(t.TempDir(), "sys")
-			require.NoError(t, sysfs.WriteDir(dir, mem.ReadLinkFS.(*sysfs.MemFS).Entries()))
-			root, err := sysfs.Open(dir)
-			require.NoError(t, err)
-			defer root.Close()
+			root := unpackedRoot(t, path)
 			counts, ok := sysfs.CountSyscalls(root)
 			if !ok {
 				t.Skip("openat2 is missing here: OpenDir fell back to os.Root, not the production path")
@@ -71,7 +64,7 @@ func TestSyscallBudget(t *testing.T) {
 				defer amu.Unlock()
 				asked[op]++
 			})
-			_, err = topology.Scan(root)
+			_, err := topology.Scan(root)
 			require.NoError(t, err)
 			got := counts()
 

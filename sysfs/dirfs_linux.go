@@ -217,11 +217,7 @@ func (d *dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
 }
 
 // ReadDirNoFollow is ReadDir: openat2 refuses links in every open.
-func (d *dirFS) ReadDirNoFollow(name string) ([]fs.DirEntry, error) {
-	d.asked("readdir", name)
-	ents, _, err := d.readDir("readdir", name, false)
-	return ents, err
-}
+func (d *dirFS) ReadDirNoFollow(name string) ([]fs.DirEntry, error) { return d.ReadDir(name) }
 
 // ReadDirLinks lists name and reads the target of every symbolic link in
 // it while the directory is open: one readlinkat(2) per link, relative to
@@ -393,24 +389,14 @@ func (d *dirFS) ReadLink(name string) (string, error) {
 		defer d.close(fd)
 		dirfd, rel = fd, "" // the link itself (readlinkat(2), empty path)
 	}
-	buf := make([]byte, 256)
-	for {
-		d.made("readlinkat")
-		n, err := unix.Readlinkat(dirfd, rel, buf)
-		if err == unix.ENOENT && fd >= 0 {
-			err = unix.EINVAL // the entry exists: it is not a link
-		}
-		if err != nil {
-			return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
-		}
-		if n < len(buf) {
-			return string(buf[:n]), nil
-		}
-		if len(buf) >= 1<<16 {
-			return "", &fs.PathError{Op: "readlink", Path: name, Err: fmt.Errorf("link target longer than %d bytes", len(buf))}
-		}
-		buf = make([]byte, 2*len(buf))
+	t, err := d.readlinkat(dirfd, rel)
+	if err == unix.ENOENT && fd >= 0 {
+		err = unix.EINVAL // the entry exists: it is not a link
 	}
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	return t, nil
 }
 
 func (d *dirFS) Lstat(name string) (fs.FileInfo, error) {

@@ -23,13 +23,7 @@ func TestNoFileReadTwice(t *testing.T) {
 	for name, path := range testfixture.Captures(t, "..") {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			mem, err := sysfs.OpenCapture(path)
-			require.NoError(t, err)
-			dir := filepath.Join(t.TempDir(), "sys")
-			require.NoError(t, sysfs.WriteDir(dir, mem.ReadLinkFS.(*sysfs.MemFS).Entries()))
-			root, err := sysfs.Open(dir)
-			require.NoError(t, err)
-			defer root.Close()
+			root := unpackedRoot(t, path)
 
 			// Opening a file and listing a directory both read it;
 			// Lstat and Stat both describe an entry.
@@ -60,4 +54,18 @@ func TestNoFileReadTwice(t *testing.T) {
 			t.Logf("%d devices, %d reads, %d questions", len(topo.Devices), reads, len(asked))
 		})
 	}
+}
+
+// unpackedRoot unpacks the capture at path into a temporary directory and
+// opens it as production does; it is closed when the test ends.
+func unpackedRoot(t *testing.T, path string) *sysfs.Root {
+	t.Helper()
+	mem, err := sysfs.OpenCapture(path)
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "sys")
+	require.NoError(t, sysfs.WriteDir(dir, mem.ReadLinkFS.(*sysfs.MemFS).Entries()))
+	root, err := sysfs.Open(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { root.Close() })
+	return root
 }
