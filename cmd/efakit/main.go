@@ -3,6 +3,7 @@
 //
 //	efakit list [--sysfs PATH] [-o table|json|yaml]
 //	efakit topo [--sysfs PATH] [-o matrix|json]
+//	efakit counters [--sysfs PATH] [--device NAME]... [--interval DUR [--count N]] [-o table|json] [--all]
 //	efakit slices [--sysfs PATH] --node NAME [--groups none|exclusive|mixed] [-o json|yaml]
 //	efakit claims [--sysfs PATH] [--groups none|exclusive|mixed] [--example-pods]
 //	efakit deviceclasses [-o json|yaml]
@@ -52,6 +53,9 @@ func commands() []command {
 		{name: "list", about: "the EFA devices", flags: "--sysfs PATH, -o table|json|yaml", run: cmdList},
 		{name: "topo", about: "GPUs, Neuron devices and EFAs: link matrix, affinity, device groups",
 			flags: "--sysfs PATH, -o matrix|json", run: cmdTopo},
+		{name: "counters", about: "the EFAs' hardware counters, or their rates per second",
+			flags: "--sysfs PATH, --device NAME, --interval DUR, --count N, -o table|json, --all", run: cmdCounters,
+			help: countersHelp},
 		{name: "slices", about: "the ResourceSlices the DRA plugin publishes",
 			flags: "--sysfs PATH, --node NAME, --groups none|exclusive|mixed, -o json|yaml", run: cmdSlices},
 		{name: "claims", about: "ResourceClaimTemplates that fit this machine",
