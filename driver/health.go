@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -38,12 +39,14 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 		err = fmt.Errorf("the API server dropped fields of the published slices (disabled features: %v); group mode %q needs DRAPartitionableDevices: run with --groups=none or exclusive: %w",
 			dropped.DisabledFeatures(), p.cfg.Groups, err)
 		klog.FromContext(ctx).Error(err, msg)
+		p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", "efakit stops: "+err.Error())
 		if p.Stop != nil {
 			p.Stop(err)
 		}
 		return
 	}
 	klog.FromContext(ctx).Error(err, msg)
+	p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", msg+": "+err.Error())
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && p.Stop != nil {
 		p.Stop(fmt.Errorf("%s: %w", msg, err))
 	}
@@ -89,4 +92,66 @@ func (p *Plugin) healthReport() kubeletplugin.DeviceHealthReport {
 		})
 	}
 	return r
+}
+
+// healthChange is a device whose health changed in a scan: it turned
+// unhealthy (or unhealthy for another reason), or healthy again.
+type healthChange struct {
+	device, rdma string
+	now          deviceHealth
+}
+
+// healthChanges compares the health of a scan with the last one; p.mu is
+// held. A device unhealthy at the first scan is a change; one healthy
+// then is not.
+func (p *Plugin) healthChanges(now map[string]deviceHealth, inv map[string]inventoryDevice) []healthChange {
+	var out []healthChange
+	for name, h := range now {
+		was, known := p.health[name]
+		bad, wasBad := h.status == kubeletplugin.HealthStatusUnhealthy, known && was.status == kubeletplugin.HealthStatusUnhealthy
+		if bad == wasBad && (!bad || was.message == h.message) {
+			continue
+		}
+		if !bad && !known {
+			continue
+		}
+		rdma := inv[name].RDMAName
+		if rdma == "" {
+			rdma = p.inventory[name].RDMAName
+		}
+		out = append(out, healthChange{device: name, rdma: rdma, now: h})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].device < out[j].device })
+	return out
+}
+
+// reportHealth logs each change of health once, and records it as an
+// Event on the Node.
+func (p *Plugin) reportHealth(ctx context.Context, changes []healthChange) {
+	logger := klog.FromContext(ctx)
+	for _, c := range changes {
+		what := "EFA " + c.device
+		if c.rdma != "" {
+			what += " (" + c.rdma + ")"
+		}
+		if p.isGroup(c.device) {
+			what = "EFA group " + c.device
+		}
+		if c.now.status == kubeletplugin.HealthStatusUnhealthy {
+			msg := fmt.Sprintf("%s is unhealthy: %s; kept out of new allocations, allocated claims keep it", what, c.now.message)
+			logger.Info("EFA unhealthy", "device", c.device, "rdmaDevice", c.rdma, "why", c.now.message)
+			p.Events.record(corev1.EventTypeWarning, ReasonUnhealthy, c.device, msg)
+			continue
+		}
+		logger.Info("EFA healthy again", "device", c.device, "rdmaDevice", c.rdma)
+		p.Events.record(corev1.EventTypeNormal, ReasonHealthy, c.device, what+" is healthy again")
+	}
+}
+
+// isGroup tells a group device's name from an EFA's.
+func (p *Plugin) isGroup(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.healthMembers[name]
+	return ok
 }

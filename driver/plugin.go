@@ -16,6 +16,7 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/efa"
 )
 
 // Publisher publishes the node's devices: a SlicePublisher in the plugin,
@@ -41,12 +42,20 @@ type Plugin struct {
 	// and the helper's device-metadata files.
 	dataDir string
 	kick    chan struct{}
+	// scan asks for a scan of sysfs only (the kernel said a device
+	// changed): the owner check's API reads wait for the next tick.
+	scan chan struct{}
 	// Stop is called on a fatal background error (HandleError).
 	Stop func(err error)
 	// HealthInterval is how often health is re-checked and re-sent (the
 	// kubelet treats a device as unknown after 30 s without a report).
 	HealthInterval time.Duration
 	Metrics        *Metrics
+	// EFAMetrics exports the EFAs' counters in Metrics.Registry.
+	EFAMetrics *EFAMetrics
+	// Events, when set, records health changes, standing aside and failed
+	// publishes as Events on the Node (Serve sets it).
+	Events *Events
 	// Precheck, when set, runs before each periodic scan and says why the
 	// plugin must publish and prepare nothing (an empty Verdict when it
 	// may), or an error when it cannot tell: Serve uses it to stand aside
@@ -64,7 +73,13 @@ type Plugin struct {
 	published     *resourceslice.DriverResources // last published
 	inventory     map[string]inventoryDevice     // by published device name
 	groups        map[string][]string            // group device name -> member device names
-	health        map[string]deviceHealth        // by published device name
+	// healthMembers are each group's members for its health: the scan's,
+	// and those that left it unhealthy (gone from sysfs, no uverbs
+	// device), so that a group never turns healthy by shrinking.
+	healthMembers map[string][]string
+	health        map[string]deviceHealth // by published device name
+	scanErr       string                  // the last scan's errors, named by the publish they cause
+	checkErr      string                  // the last failed check for another owner, logged when it changes
 	state         *checkpoint.State
 }
 
@@ -75,6 +90,9 @@ type inventoryDevice struct {
 	Uverbs     string
 	PCIAddress string
 	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	// EFA is the scan's device, whose counters /metrics reads; nil for a
+	// group device.
+	EFA *efa.Device
 }
 
 type deviceHealth struct {
@@ -115,8 +133,10 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 		kube: o.KubeClient, dataDir: o.DataDir,
 		HealthInterval: 10 * time.Second, Metrics: NewMetrics(),
 		inventory: map[string]inventoryDevice{}, health: map[string]deviceHealth{},
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), scan: make(chan struct{}, 1),
 	}
+	p.EFAMetrics = newEFAMetrics(o.SysfsRoot, p.efaTargets)
+	p.Metrics.Registry.MustRegister(p.EFAMetrics)
 	if o.DataDir != "" {
 		unlock, err := lockDataDir(o.DataDir)
 		if err != nil {
@@ -148,6 +168,15 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 func (p *Plugin) kickRescan() {
 	select {
 	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// kickScan asks Run for a scan of sysfs soon, without the owner check
+// (whose answer does not depend on sysfs); it never blocks.
+func (p *Plugin) kickScan() {
+	select {
+	case p.scan <- struct{}{}:
 	default:
 	}
 }

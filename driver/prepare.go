@@ -129,11 +129,13 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			res = kubeletplugin.PrepareResult{Err: saveErr}
 		}
 		p.Metrics.observe("prepare", took[i]+saved, res.Err)
+		// One line per claim at the default verbosity: which claim got
+		// which EFAs (published and RDMA names), how long it took.
 		if res.Err != nil {
 			res.Err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, res.Err)
-			logger.Error(res.Err, "prepare")
+			logger.Error(res.Err, "prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved)
 		} else {
-			logger.V(2).Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", len(res.Devices))
+			logger.Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.state.Claims[string(c.UID)]), "duration", took[i]+saved)
 		}
 		out[c.UID] = res
 	}
@@ -512,8 +514,10 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	logger := klog.FromContext(ctx)
 	b := p.begin()
 	took := make([]time.Duration, len(claims))
+	devices := make([][]string, len(claims))
 	for i, c := range claims {
 		start := time.Now()
+		devices[i] = claimDevices(p.state.Claims[string(c.UID)])
 		out[c.UID] = p.forget(b, string(c.UID))
 		took[i] = time.Since(start)
 	}
@@ -530,16 +534,32 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		default:
 			err = p.cdi.Remove(string(c.UID))
 		}
-		p.Metrics.observe("unprepare", took[i]+saved+time.Since(start), err)
+		d := took[i] + saved + time.Since(start)
+		p.Metrics.observe("unprepare", d, err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-			logger.Error(err, "unprepare")
+			logger.Error(err, "unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d)
 		} else {
-			logger.V(2).Info("unprepared", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
+			// devices is empty for a claim that was not prepared here.
+			logger.Info("unprepared", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d)
 		}
 		out[c.UID] = err
 	}
 	return out, nil
+}
+
+// claimDevices names a prepared claim's EFAs for the log: "published
+// name=RDMA name", a group's members after the group's name.
+func claimDevices(c checkpoint.Claim) []string {
+	out := make([]string, 0, len(c.Devices))
+	for _, d := range c.Devices {
+		n := d.Device + "=" + d.RDMAName
+		if d.Group != "" {
+			n = d.Group + "/" + n
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // forget takes a claim out of the call's state; its spec is removed once

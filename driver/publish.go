@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -44,7 +46,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 			continue
 		}
 		inv[DeviceName(d.PCI.Address)] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name,
-			PCIAddress: d.PCI.Address.String(), Attributes: dev.Attributes}
+			PCIAddress: d.PCI.Address.String(), Attributes: dev.Attributes, EFA: d.EFA}
 	}
 	groups := map[string][]string{}
 	var groupAttrs = map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
@@ -65,25 +67,49 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	}
 	err := errors.Join(scanErr, buildErr)
 	p.Metrics.observeScan(time.Since(start), err, len(inv))
-	healthy := map[string]deviceHealth{}
-	for name, h := range resources.NodeHealth(topo, groups) {
-		healthy[name] = kubeletHealth(h)
-	}
+	health := resources.NodeHealth(topo, nil)
 
 	p.mu.Lock()
-	// An EFA that was there and is gone is unhealthy until it returns (a
-	// group that is gone is no device any more).
+	// An EFA that was there and is gone is unhealthy until it returns.
 	for name := range p.health {
-		if _, ok := healthy[name]; !ok && p.groups[name] == nil {
-			healthy[name] = deviceHealth{kubeletplugin.HealthStatusUnhealthy, "device gone from sysfs", "gone"}
+		if _, ok := health[name]; !ok && p.healthMembers[name] == nil {
+			health[name] = resources.Health{Unhealthy: true, Message: "device gone from sysfs", Reason: "gone"}
 		}
 	}
-	p.inventory, p.health, p.groups = inv, healthy, groups
+	// A group is as healthy as its least healthy member, counting the
+	// members that left it unhealthy (gone, lost their uverbs device):
+	// without them a group would shrink and stay healthy.
+	members := map[string][]string{}
+	for name, ms := range groups {
+		members[name] = slices.Clone(ms)
+	}
+	for name, old := range p.healthMembers {
+		for _, m := range old {
+			if health[m].Unhealthy && !slices.Contains(members[name], m) {
+				members[name] = append(members[name], m)
+			}
+		}
+	}
+	healthy := make(map[string]deviceHealth, len(health)+len(members))
+	for name, h := range health {
+		healthy[name] = kubeletHealth(h)
+	}
+	for name, ms := range members {
+		slices.Sort(ms)
+		healthy[name] = kubeletHealth(resources.GroupHealth(ms, health))
+	}
+	changes := p.healthChanges(healthy, inv)
+	p.inventory, p.health, p.groups, p.healthMembers = inv, healthy, groups, members
 	for name, attrs := range groupAttrs {
 		p.inventory[name] = inventoryDevice{Attributes: attrs}
 	}
 	p.base = &res
+	p.scanErr = ""
+	if err != nil {
+		p.scanErr = err.Error()
+	}
 	p.mu.Unlock()
+	p.reportHealth(ctx, changes)
 	published, perr := p.Publish(ctx)
 	return published, errors.Join(err, perr)
 }
@@ -147,22 +173,95 @@ func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 		cur = p.withHealth(*base)
 	}
 	same := cur != nil && p.published != nil && apiequality.Semantic.DeepEqual(*p.published, *cur)
+	prev, scanErr := p.published, p.scanErr
 	p.mu.Unlock()
 	if pub == nil || cur == nil || same {
 		return false, nil
 	}
+	logger := klog.FromContext(ctx)
 	if w, ok := pub.(withdrawer); ok && blocked {
 		if err := w.Withdraw(ctx); err != nil {
-			return false, fmt.Errorf("withdraw: %w", err)
+			err = fmt.Errorf("withdraw: %w", err)
+			p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", "withdrawing the EFAs' ResourceSlices failed: "+err.Error())
+			return false, err
 		}
+		logger.Info("withdrew the node's ResourceSlices (standing aside)")
 	} else if err := pub.PublishResources(ctx, *cur); err != nil {
-		return false, fmt.Errorf("publish: %w", err)
+		err = fmt.Errorf("publish: %w", err)
+		p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", "publishing the EFAs' ResourceSlices failed: "+err.Error())
+		return false, err
+	} else {
+		kv := publishChanges(prev, cur)
+		if scanErr != "" {
+			// What the scan could not read is why a device went or changed.
+			kv = append(kv, "scanErrors", scanErr)
+		}
+		logger.Info("published", kv...)
 	}
 	p.mu.Lock()
 	p.published = cur.DeepCopy()
 	p.mu.Unlock()
 	p.Metrics.Published.Add(1)
 	return true, nil
+}
+
+// publishChanges says what a publish changes, as log key/value pairs: the
+// device count, and the devices added, removed, tainted, untainted and
+// otherwise changed (attributes, counters) since prev; everything is
+// added on a first publish, which says so instead of listing them.
+func publishChanges(prev, cur *resourceslice.DriverResources) []any {
+	devices := func(r *resourceslice.DriverResources) map[string]resourceapi.Device {
+		out := map[string]resourceapi.Device{}
+		if r == nil {
+			return out
+		}
+		for _, pool := range r.Pools {
+			for _, s := range pool.Slices {
+				for _, d := range s.Devices {
+					out[d.Name] = d
+				}
+			}
+		}
+		return out
+	}
+	was, now := devices(prev), devices(cur)
+	kv := []any{"devices", len(now)}
+	if prev == nil {
+		return append(kv, "first", true)
+	}
+	var added, removed, tainted, untainted, changed []string
+	for name, d := range now {
+		old, ok := was[name]
+		switch {
+		case !ok:
+			added = append(added, name)
+		case len(old.Taints) == 0 && len(d.Taints) > 0:
+			tainted = append(tainted, name+"="+d.Taints[0].Value)
+		case len(old.Taints) > 0 && len(d.Taints) == 0:
+			untainted = append(untainted, name)
+		case !apiequality.Semantic.DeepEqual(old, d):
+			changed = append(changed, name)
+		}
+	}
+	for name := range was {
+		if _, ok := now[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	for _, f := range []struct {
+		key   string
+		names []string
+	}{{"added", added}, {"removed", removed}, {"tainted", tainted}, {"untainted", untainted}, {"changed", changed}} {
+		if len(f.names) > 0 {
+			slices.Sort(f.names)
+			kv = append(kv, f.key, f.names)
+		}
+	}
+	if len(kv) == 2 {
+		// Same devices: the counters or the slices around them changed.
+		kv = append(kv, "changed", "counters or slices")
+	}
+	return kv
 }
 
 // DeviceCount is the number of EFAs in the inventory.
@@ -186,9 +285,19 @@ func (p *Plugin) Recheck(ctx context.Context) {
 	v, err := p.Precheck(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err != nil {
+	// A failed check is logged when it starts or its error changes, not
+	// at every scan while the API server is away.
+	if err != nil && err.Error() != p.checkErr {
+		p.checkErr = err.Error()
 		if p.checked {
 			logger.Error(err, "checking for another owner of the EFAs failed; keeping the last decision", "standingAside", p.blocked != "")
+		}
+	} else if err == nil && p.checkErr != "" {
+		p.checkErr = ""
+		logger.Info("checking for another owner of the EFAs works again")
+	}
+	if err != nil {
+		if p.checked {
 			return
 		}
 		v = Verdict{Key: "api", Reason: "cannot tell yet whether another owner has this node's EFAs: " + err.Error()}
@@ -198,8 +307,10 @@ func (p *Plugin) Recheck(ctx context.Context) {
 	}
 	if v.Reason != p.blocked && v.Reason != "" {
 		logger.Error(errors.New(v.Reason), "standing aside: publishing and preparing nothing")
+		p.Events.record(corev1.EventTypeWarning, ReasonStandingAside, "", "efakit publishes and prepares no EFA on this node: "+v.Reason)
 	} else if v.Reason == "" && p.blocked != "" {
 		logger.Info("no other owner of the EFAs any more: publishing", "was", p.blocked)
+		p.Events.record(corev1.EventTypeNormal, ReasonPublishing, "", "efakit publishes this node's EFAs again; it stood aside because "+p.blocked)
 	}
 	p.blocked = v.Reason
 	for _, k := range []string{"netns", "device-plugin", "dra-driver", "api"} {
@@ -223,19 +334,33 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, rescan <-chan 
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var lastErr string
 	for {
+		recheck := true
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-rescan:
 		case <-p.kick:
+		case <-p.scan:
+			recheck = false
 		}
-		p.Recheck(ctx)
-		if published, err := p.Rescan(ctx); err != nil {
+		if recheck {
+			p.Recheck(ctx)
+		}
+		// Publish logs what it changed; a scan's errors are logged here
+		// when they change, not again at every scan.
+		_, err := p.Rescan(ctx)
+		switch {
+		case err != nil && err.Error() != lastErr:
 			logger.Error(err, "rescan")
-		} else if published {
-			logger.Info("published changed devices")
+		case err == nil && lastErr != "":
+			logger.Info("rescan: the errors of the scans before are gone")
+		}
+		lastErr = ""
+		if err != nil {
+			lastErr = err.Error()
 		}
 	}
 }

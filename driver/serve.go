@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -54,6 +55,10 @@ type ServeOptions struct {
 	HTTPAddr string
 	// Rescan asks for a scan now (SIGHUP in the daemon).
 	Rescan <-chan struct{}
+	// Uevents opens the source of the kernel's uevents (KernelUevents in
+	// the daemon): a device added, removed or bound is rescanned within a
+	// second. nil for none: the periodic rescans only.
+	Uevents func() (UeventSource, error)
 	// Ready is closed once the plugin is registered and has published.
 	Ready chan<- struct{}
 	// AllowDevicePlugin lets the plugin publish on a node whose capacity
@@ -76,11 +81,22 @@ type ServeOptions struct {
 // that cannot say (no RDMA netlink) is not a reason: the shared mode is
 // the kernel's default.
 func netnsCheck(live efa.Live) func(ctx context.Context) (Verdict, error) {
+	var mu sync.Mutex
+	var unknown string // the last error, logged once, not at every scan
 	return func(ctx context.Context) (Verdict, error) {
 		mode, err := live.RDMANetnsMode()
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
-			klog.FromContext(ctx).V(2).Info("RDMA namespace mode unknown", "err", err)
+			if err.Error() != unknown {
+				klog.FromContext(ctx).Info("RDMA namespace mode unknown; taking the kernel's default, shared", "err", err)
+			}
+			unknown = err.Error()
 			return Verdict{}, nil
+		}
+		if unknown != "" {
+			klog.FromContext(ctx).Info("RDMA namespace mode known again", "mode", mode)
+			unknown = ""
 		}
 		if mode == efa.NetnsExclusive {
 			return Verdict{Key: "netns", Reason: "the kernel's RDMA namespace mode is exclusive: pods would not see their EFAs; set it to shared (rdma system set netns shared)"}, nil
@@ -196,6 +212,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		logger.Error(err, "restoring prepared claims")
 	}
 	plugin.Stop = func(err error) { cancel(err) }
+	// Events on the Node, written beside the scans, never in their way.
+	plugin.Events = NewEvents(o.KubeClient, o.Config.NodeName)
+	go plugin.Events.Run(ctx)
 	live := o.Live
 	if live == nil {
 		live = efa.Netlink{}
@@ -206,6 +225,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if o.HealthInterval > 0 {
 		plugin.HealthInterval = o.HealthInterval
 	}
+	// Watched from before the first scan, so no change is missed.
+	defer plugin.startUevents(ctx, o.Uevents)()
 	// The first scan fills the inventory, and the first check for another
 	// owner of the EFAs decides, before the kubelet can call.
 	if _, err := plugin.Rescan(ctx); err != nil {
@@ -239,7 +260,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			plugin.HandleError(ctx, fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, err), msg)
 		}}
 	defer pub.Stop()
-	WatchForeign(ctx, o.KubeClient, driverName, o.Config.NodeName, plugin.kickRescan)
+	pub.Watch(ctx, plugin.kickRescan)
 	plugin.SetPublisher(pub)
 	if _, err := plugin.Publish(ctx); err != nil {
 		logger.Error(err, "publishing")

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
 )
 
 // SlicePublisher publishes a node's ResourceSlices through the same
@@ -32,19 +37,49 @@ type SlicePublisher struct {
 	// ErrorHandler receives the controller's errors (dropped fields, API
 	// errors); they are all recoverable, as the helper treats them.
 	ErrorHandler func(ctx context.Context, err error, msg string)
+	// SyncDelay is how long after a change to the node's slices the
+	// controller syncs them (RepairDelay when 0).
+	SyncDelay time.Duration
 
-	mu   sync.Mutex
-	ctrl *resourceslice.Controller
+	mu        sync.Mutex
+	ctrl      *resourceslice.Controller
+	desired   *resourceslice.DriverResources // what the controller publishes
+	withdrawn map[types.UID]bool             // slices Withdraw deleted: not a repair
+	store     cache.Store                    // the watch's slices of the node (Watch)
+	// repair: own slices deleted or changed by someone else, by name, since
+	// when; logged once when all are back.
+	repair      map[string]string
+	repairSince time.Time
 }
+
+// RepairDelay is the controller's delay between a change to the node's
+// slices and its sync, instead of the helper's 30 s
+// (resourceslice.DefaultSyncDelay): a kubelet restart deletes every slice
+// of its node, which left the node without EFAs for half a minute. What a
+// short delay costs, from the controller's code: its own creates and
+// updates also schedule a sync, which finds its informer's cache (and the
+// mutation cache that holds its own writes) in step and writes nothing; a
+// sync that runs before the cache has seen one of its own deletes makes a
+// redundant delete, which the API server answers NotFound. A sync is only
+// ever scheduled by a watch event, which the cache holds already. Another
+// writer that keeps changing the slices (two plugin pods of different
+// versions during a rolling update) meets a write a second instead of one
+// in 30 s.
+const RepairDelay = time.Second
 
 // PublishResources starts the controller with the resources, or gives it
 // new ones.
 func (s *SlicePublisher) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.desired = res.DeepCopy()
 	if s.ctrl != nil {
 		s.ctrl.Update(&res)
 		return nil
+	}
+	delay := s.SyncDelay
+	if delay <= 0 {
+		delay = RepairDelay
 	}
 	ctrl, err := resourceslice.StartController(s.Ctx, resourceslice.Options{
 		DriverName:   s.DriverName,
@@ -52,6 +87,7 @@ func (s *SlicePublisher) PublishResources(_ context.Context, res resourceslice.D
 		Owner:        &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: s.NodeName},
 		Resources:    &res,
 		ErrorHandler: s.ErrorHandler,
+		SyncDelay:    &delay,
 	})
 	if err != nil {
 		return fmt.Errorf("start ResourceSlice controller: %w", err)
@@ -70,6 +106,7 @@ func (s *SlicePublisher) Withdraw(ctx context.Context) error {
 		s.ctrl.Stop()
 		s.ctrl = nil
 	}
+	s.desired, s.repair = nil, nil
 	list, err := s.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"spec.driver": s.DriverName, "spec.nodeName": s.NodeName}.String()})
 	if err != nil {
@@ -81,6 +118,10 @@ func (s *SlicePublisher) Withdraw(ctx context.Context) error {
 		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != s.NodeName || !OwnSlice(sl, s.DriverName) {
 			continue
 		}
+		if s.withdrawn == nil {
+			s.withdrawn = map[types.UID]bool{}
+		}
+		s.withdrawn[sl.UID] = true
 		if err := s.Client.ResourceV1().ResourceSlices().Delete(ctx, sl.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &sl.UID}}); err != nil {
 			errs = append(errs, fmt.Errorf("deleting slice %s: %w", sl.Name, err))
@@ -100,23 +141,145 @@ func (s *SlicePublisher) Stop() {
 }
 
 // WatchForeign calls found whenever a ResourceSlice of the driver name on
-// the node appears or changes that efakit did not write, until ctx ends:
-// the running controller would delete such a slice after its sync delay
-// (30 s), so the plugin checks again at once and stands aside first.
+// the node appears or changes that efakit did not write, until ctx ends
+// (SlicePublisher.Watch without a publisher).
 func WatchForeign(ctx context.Context, client kubernetes.Interface, driverName, node string, found func()) {
+	(&SlicePublisher{Client: client, DriverName: driverName, NodeName: node}).Watch(ctx, found)
+}
+
+// Watch watches the ResourceSlices of the driver name on the node until
+// ctx ends. It calls foreign whenever one appears or changes that efakit
+// did not write: the running controller would delete such a slice after
+// its sync delay, so the plugin checks again at once and stands aside
+// first. And it tells the operator, once per repair, when someone else (a
+// restarting kubelet deletes every slice of its node) deleted or changed
+// a slice the controller publishes, and the controller put it back.
+func (s *SlicePublisher) Watch(ctx context.Context, foreign func()) {
 	// The one informer, not a factory: a factory links the informers and
 	// listers of every API group into the plugin (9.3 MB of its 62 MB).
-	inf := resourceinformers.NewFilteredResourceSliceInformer(client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.Set{"spec.driver": driverName, "spec.nodeName": node}.String()
+	inf := resourceinformers.NewFilteredResourceSliceInformer(s.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.Set{"spec.driver": s.DriverName, "spec.nodeName": s.NodeName}.String()
 	})
-	check := func(obj any) {
-		if s, ok := obj.(*resourceapi.ResourceSlice); ok && s.Spec.NodeName != nil && *s.Spec.NodeName == node && !OwnSlice(s, driverName) {
-			found()
+	s.mu.Lock()
+	s.store = inf.GetStore()
+	s.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	mine := func(obj any) *resourceapi.ResourceSlice {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
 		}
+		sl, ok := obj.(*resourceapi.ResourceSlice)
+		if !ok || sl.Spec.NodeName == nil || *sl.Spec.NodeName != s.NodeName {
+			return nil
+		}
+		if !OwnSlice(sl, s.DriverName) {
+			foreign()
+			return nil
+		}
+		return sl
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    check,
-		UpdateFunc: func(_, obj any) { check(obj) },
+		AddFunc: func(obj any) {
+			if mine(obj) != nil {
+				s.repaired(logger)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			prev, cur := mine(old), mine(obj)
+			if prev != nil && cur != nil {
+				s.noteRepair(prev, cur, "changed")
+				s.repaired(logger)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if sl := mine(obj); sl != nil {
+				s.noteRepair(sl, nil, "deleted")
+			}
+		},
 	})
 	go inf.RunWithContext(ctx)
+}
+
+// noteRepair records that someone else deleted (cur nil) or changed one of
+// the slices the controller publishes: it held what the controller
+// publishes before, and no longer does. The controller's own writes
+// never do that: it deletes obsolete slices and writes desired ones.
+func (s *SlicePublisher) noteRepair(prev, cur *resourceapi.ResourceSlice, what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctrl == nil || s.withdrawn[prev.UID] || s.matches(prev) < 0 || (cur != nil && s.matches(cur) >= 0) {
+		return
+	}
+	if s.repair == nil {
+		s.repair, s.repairSince = map[string]string{}, time.Now()
+	}
+	s.repair[prev.Name] = what
+}
+
+// repaired logs, once, that the slices someone else deleted or changed
+// are published again, when the watch shows every slice the controller
+// publishes as it should be.
+func (s *SlicePublisher) repaired(logger klog.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.repair) == 0 || s.desired == nil || s.store == nil {
+		return
+	}
+	want := 0
+	for _, pool := range s.desired.Pools {
+		want += len(pool.Slices)
+	}
+	found := map[int]bool{}
+	for _, obj := range s.store.List() {
+		sl, ok := obj.(*resourceapi.ResourceSlice)
+		if !ok || !OwnSlice(sl, s.DriverName) {
+			continue
+		}
+		i := s.matches(sl)
+		if i < 0 || found[i] {
+			return // not yet as published
+		}
+		found[i] = true
+	}
+	if len(found) != want {
+		return
+	}
+	var deleted, changed []string
+	for name, what := range s.repair {
+		if what == "deleted" {
+			deleted = append(deleted, name)
+		} else {
+			changed = append(changed, name)
+		}
+	}
+	sort.Strings(deleted)
+	sort.Strings(changed)
+	logger.Info("ResourceSlices of this node deleted or changed by someone else (a kubelet restart deletes them all) are published again",
+		"deleted", deleted, "changed", changed, "after", time.Since(s.repairSince).Round(time.Millisecond))
+	s.repair = nil
+}
+
+// matches is the index, counted over the desired pools' slices in pool
+// name order, of the desired slice whose devices and counters sl holds;
+// -1 for none. s.mu is held.
+func (s *SlicePublisher) matches(sl *resourceapi.ResourceSlice) int {
+	if s.desired == nil {
+		return -1
+	}
+	pools := make([]string, 0, len(s.desired.Pools))
+	for name := range s.desired.Pools {
+		pools = append(pools, name)
+	}
+	sort.Strings(pools)
+	i := 0
+	for _, name := range pools {
+		for _, d := range s.desired.Pools[name].Slices {
+			if sl.Spec.Pool.Name == name && resourceslice.DevicesDeepEqual(sl.Spec.Devices, d.Devices) &&
+				apiequality.Semantic.DeepEqual(sl.Spec.SharedCounters, d.SharedCounters) {
+				return i
+			}
+			i++
+		}
+	}
+	return -1
 }

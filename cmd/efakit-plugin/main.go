@@ -77,6 +77,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.StringVar(&s.RegistrarDir, "kubelet-registrar-directory-path", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
 	fl.StringVar(&s.PluginsDir, "kubelet-plugins-directory-path", kubeletplugin.KubeletPluginsDir, "the kubelet's plugins directory")
 	fl.DurationVar(&s.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
+	uevents := fl.Bool("uevents", true, "rescan within a second of the kernel's uevents for PCI, RDMA and uverbs devices (false: the periodic rescans only)")
 	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
 	fl.StringVar(&s.HTTPAddr, "http-address", env("HTTP_ADDRESS", ":8080"), "address for /healthz, /readyz and /metrics (\"\" for none)")
 	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", os.Getenv("ALLOW_EFA_DEVICE_PLUGIN") == "true", "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node (env ALLOW_EFA_DEVICE_PLUGIN=true)")
@@ -118,6 +119,9 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 		return usageError("--groups: %v", err)
 	}
 	s.Config.NodeName, s.Config.DriverName, s.Config.Groups = *nodeName, *driverName, mode
+	if *uevents {
+		s.Uevents = driver.KernelUevents
+	}
 	s.PodUID = types.UID(os.Getenv("POD_UID"))
 	return o, 0, true
 }

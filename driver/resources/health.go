@@ -43,15 +43,26 @@ func NodeHealth(t *topology.Topology, groups map[string][]string) map[string]Hea
 		health[DeviceName(d.PCI.Address)] = EFAHealth(d)
 	}
 	for name, members := range groups {
-		health[name] = Health{}
-		for _, m := range members {
-			if mh := health[m]; mh.Unhealthy {
-				health[name] = Health{true, fmt.Sprintf("member %s: %s", m, mh.Message), ReasonMember}
-				break
-			}
-		}
+		health[name] = GroupHealth(members, health)
 	}
 	return health
+}
+
+// GroupHealth is a group's health from its members' (by device name): as
+// healthy as the first unhealthy member, which it names. A member missing
+// from health is gone, so unhealthy: a group never turns healthy by
+// losing a member.
+func GroupHealth(members []string, health map[string]Health) Health {
+	for _, m := range members {
+		mh, ok := health[m]
+		if !ok {
+			mh = Health{true, "device gone from sysfs", "gone"}
+		}
+		if mh.Unhealthy {
+			return Health{true, fmt.Sprintf("member %s: %s", m, mh.Message), ReasonMember}
+		}
+	}
+	return Health{}
 }
 
 // GroupMembers are the published device names of the members of each

@@ -126,12 +126,16 @@ func TestChartRenders(t *testing.T) {
 	assert.Contains(t, keys, "eks.amazonaws.com/compute-type NotIn")
 
 	// Least privilege: no secrets, no wildcard; pods only read (the
-	// libfabric environment's container check).
+	// libfabric environment's container check); events only written (the
+	// Node's).
 	for _, r := range role.Rules {
 		for _, res := range r.Resources {
-			assert.Contains(t, []string{"resourceclaims", "resourceslices", "nodes", "pods"}, res)
+			assert.Contains(t, []string{"resourceclaims", "resourceslices", "nodes", "pods", "events"}, res)
 			if res == "pods" {
 				assert.Equal(t, []string{"get"}, r.Verbs)
+			}
+			if res == "events" {
+				assert.Equal(t, []string{"create", "patch"}, r.Verbs)
 			}
 		}
 		assert.NotContains(t, r.Verbs, "*")

@@ -180,6 +180,7 @@ func TestRealNodeP5(t *testing.T) {
 		n.check(t, got, nodes, claimsOf(claims), nil)
 		n.deletePod(t, "single")
 	})
+	t.Run("metrics/claim-labels", func(t *testing.T) { n.checkClaimMetrics(t) })
 	t.Run("users/aligned-efa-nvidia", func(t *testing.T) {
 		got, claims := n.run(t, n.printerPod("aligned", templateClaim("pair", "aligned-efa-nvidia")))
 		cl := claimsOf(claims)

@@ -1,0 +1,531 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// Defaults of EFAMetrics.
+const (
+	// DefaultEFAMetricsTimeout bounds a scrape's wait for sysfs.
+	DefaultEFAMetricsTimeout = 2 * time.Second
+	// DefaultEFAMetricsCacheFor is shorter than the common 15 s scrape
+	// interval, so one scraper always gets a fresh read, and the two
+	// Prometheus servers of an HA pair share one.
+	DefaultEFAMetricsCacheFor = 10 * time.Second
+)
+
+// efaLabels are the labels of every EFA series, in this order: the RDMA
+// device (as node_exporter's infiniband collector names it), its PCI
+// function and root (the published pcieRoot), the published device, and
+// the claim it is prepared for ("" when free).
+var efaLabels = []string{"device", "pci_address", "pcie_root", "dra_device", "claim_namespace", "claim_name", "claim_uid"}
+
+// EFAMetrics exports the EFAs' hardware counters, port state and link rate
+// in the plugin's /metrics, each EFA labelled with the claim it is
+// prepared for. Sysfs is read on scrape, not in a background loop, at most
+// once per CacheFor, and a scrape never waits longer than Timeout: sysfs
+// reads cannot be cancelled, so they run in goroutines and a scrape stops
+// waiting, leaving out the EFAs not read yet; an EFA whose read has not
+// returned is not read again until it does.
+type EFAMetrics struct {
+	// Timeout bounds how long a scrape waits for the reads.
+	Timeout time.Duration
+	// CacheFor is how long one read serves scrapes; 0 reads on every one.
+	CacheFor time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	sysfs   fs.ReadLinkFS
+	targets func() []efaTarget
+
+	counterDescs map[string]*prometheus.Desc // by counter file name
+	otherDevice  *prometheus.Desc
+	otherPort    *prometheus.Desc
+	portActive   *prometheus.Desc
+	portRate     *prometheus.Desc
+	readErrs     *prometheus.CounterVec
+	timeouts     prometheus.Counter
+
+	mu      sync.Mutex
+	last    *efaSample
+	round   *efaRound
+	pending map[string]bool   // PCI addresses of EFAs whose read has not returned
+	lastErr map[string]string // by RDMA device: the errors last logged
+}
+
+// efaTarget is one EFA to read and the values of its efaLabels.
+type efaTarget struct {
+	dev    *efa.Device
+	labels []string
+}
+
+type efaSample struct {
+	at      time.Time
+	metrics []prometheus.Metric
+}
+
+// efaRound is one read in progress; every scrape that arrives meanwhile
+// waits for it instead of reading again.
+type efaRound struct {
+	done   chan struct{}
+	sample *efaSample
+}
+
+// efaReading is what was read of one EFA.
+type efaReading struct {
+	t        efaTarget
+	counters *efa.Counters
+	ports    []portReading
+	errs     []error
+}
+
+type portReading struct {
+	number   int
+	state    string
+	stateOK  bool
+	rateGbps float64
+	rateOK   bool
+}
+
+// efaMetricName is the Prometheus name of a counter of efa.KnownCounters,
+// "" for one it does not know. Per-port counters carry a port label.
+func efaMetricName(counter string) string {
+	return map[string]string{
+		"submitted_cmds":              "efakit_efa_admin_commands_submitted_total",
+		"completed_cmds":              "efakit_efa_admin_commands_completed_total",
+		"cmds_err":                    "efakit_efa_admin_commands_failed_total",
+		"no_completion_cmds":          "efakit_efa_admin_commands_timed_out_total",
+		"keep_alive_rcvd":             "efakit_efa_keep_alive_received_total",
+		"alloc_pd_err":                "efakit_efa_alloc_pd_errors_total",
+		"create_qp_err":               "efakit_efa_create_qp_errors_total",
+		"create_cq_err":               "efakit_efa_create_cq_errors_total",
+		"reg_mr_err":                  "efakit_efa_reg_mr_errors_total",
+		"alloc_ucontext_err":          "efakit_efa_alloc_ucontext_errors_total",
+		"create_ah_err":               "efakit_efa_create_ah_errors_total",
+		"mmap_err":                    "efakit_efa_mmap_errors_total",
+		"tx_bytes":                    "efakit_efa_tx_bytes_total",
+		"tx_pkts":                     "efakit_efa_tx_packets_total",
+		"rx_bytes":                    "efakit_efa_rx_bytes_total",
+		"rx_pkts":                     "efakit_efa_rx_packets_total",
+		"rx_drops":                    "efakit_efa_rx_dropped_packets_total",
+		"send_bytes":                  "efakit_efa_send_bytes_total",
+		"send_wrs":                    "efakit_efa_send_work_requests_total",
+		"recv_bytes":                  "efakit_efa_recv_bytes_total",
+		"recv_wrs":                    "efakit_efa_recv_work_requests_total",
+		"rdma_read_wrs":               "efakit_efa_rdma_read_work_requests_total",
+		"rdma_read_bytes":             "efakit_efa_rdma_read_bytes_total",
+		"rdma_read_wr_err":            "efakit_efa_rdma_read_work_request_errors_total",
+		"rdma_read_resp_bytes":        "efakit_efa_rdma_read_response_bytes_total",
+		"rdma_write_wrs":              "efakit_efa_rdma_write_work_requests_total",
+		"rdma_write_bytes":            "efakit_efa_rdma_write_bytes_total",
+		"rdma_write_wr_err":           "efakit_efa_rdma_write_work_request_errors_total",
+		"rdma_write_recv_bytes":       "efakit_efa_rdma_write_received_bytes_total",
+		"retrans_bytes":               "efakit_efa_retransmitted_bytes_total",
+		"retrans_pkts":                "efakit_efa_retransmitted_packets_total",
+		"retrans_timeout_events":      "efakit_efa_retransmit_timeouts_total",
+		"unresponsive_remote_events":  "efakit_efa_unresponsive_remote_events_total",
+		"impaired_remote_conn_events": "efakit_efa_impaired_remote_connection_events_total",
+	}[counter]
+}
+
+// newEFAMetrics reads fsys for the EFAs targets lists.
+func newEFAMetrics(fsys fs.ReadLinkFS, targets func() []efaTarget) *EFAMetrics {
+	portLabels := append(slices.Clone(efaLabels), "port")
+	m := &EFAMetrics{
+		Timeout: DefaultEFAMetricsTimeout, CacheFor: DefaultEFAMetricsCacheFor,
+		sysfs: fsys, targets: targets,
+		counterDescs: map[string]*prometheus.Desc{},
+		otherDevice: prometheus.NewDesc("efakit_efa_other_total",
+			"A device counter of hw_counters that efakit does not know (a newer efa driver), by file name.",
+			append(slices.Clone(efaLabels), "counter"), nil),
+		otherPort: prometheus.NewDesc("efakit_efa_port_other_total",
+			"A port counter of ports/<n>/hw_counters that efakit does not know (a newer efa driver), by file name.",
+			append(slices.Clone(portLabels), "counter"), nil),
+		portActive: prometheus.NewDesc("efakit_efa_port_active",
+			"1 when the port's state is ACTIVE, else 0 (ports/<n>/state).", portLabels, nil),
+		portRate: prometheus.NewDesc("efakit_efa_port_rate_bytes_per_second",
+			"The port's link rate (ports/<n>/rate).", portLabels, nil),
+		readErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "efakit_efa_read_errors_total",
+			Help: "Files of an EFA (counters, port state, rate) that could not be read or parsed; their series are left out.",
+		}, []string{"device"}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "efakit_efa_read_timeouts_total",
+			Help: "Scrapes that stopped waiting for sysfs (or the plugin's state) at the bound; the EFAs not read were left out.",
+		}),
+		pending: map[string]bool{},
+		lastErr: map[string]string{},
+	}
+	for _, c := range efa.KnownCounters() {
+		name := efaMetricName(c.Name)
+		if name == "" {
+			continue // exported as an other counter
+		}
+		labels := efaLabels
+		file := "hw_counters/" + c.Name
+		if c.Port {
+			labels, file = portLabels, "ports/<n>/hw_counters/"+c.Name
+		}
+		m.counterDescs[c.Name] = prometheus.NewDesc(name, fmt.Sprintf("%s (%s, %s)", c.Help, file, c.Unit), labels, nil)
+	}
+	return m
+}
+
+// Describe sends every metric's description.
+func (m *EFAMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range m.counterDescs {
+		ch <- d
+	}
+	ch <- m.otherDevice
+	ch <- m.otherPort
+	ch <- m.portActive
+	ch <- m.portRate
+	m.readErrs.Describe(ch)
+	m.timeouts.Describe(ch)
+}
+
+// Collect sends the EFAs' metrics: the last read if it is younger than
+// CacheFor, else a new one, waited for at most Timeout.
+func (m *EFAMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range m.sample().metrics {
+		ch <- x
+	}
+	m.readErrs.Collect(ch)
+	m.timeouts.Collect(ch)
+}
+
+func (m *EFAMetrics) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+func (m *EFAMetrics) sample() *efaSample {
+	m.mu.Lock()
+	if m.last != nil && m.now().Sub(m.last.at) < m.CacheFor {
+		s := m.last
+		m.mu.Unlock()
+		return s
+	}
+	r := m.round
+	if r == nil {
+		r = &efaRound{done: make(chan struct{})}
+		m.round = r
+		go m.run(r, m.Timeout)
+	}
+	m.mu.Unlock()
+	<-r.done // run ends within the timeout
+	return r.sample
+}
+
+// run reads every EFA the plugin has, each in its own goroutine, and keeps
+// what was read within timeout as the new sample.
+func (m *EFAMetrics) run(r *efaRound, timeout time.Duration) {
+	logger := klog.Background()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	timedOut := false
+
+	// The targets come from the plugin's state, which a kubelet call
+	// holds while it writes the checkpoint: bounded too.
+	tc := make(chan []efaTarget, 1)
+	go func() { tc <- m.targets() }()
+	var targets []efaTarget
+	select {
+	case targets = <-tc:
+	case <-deadline.C:
+		timedOut = true
+		logger.Error(nil, "EFA metrics: the plugin's state was busy past the bound; no EFA in this scrape", "timeout", timeout)
+	}
+
+	results := make(chan efaReading, len(targets)) // late reads never block
+	var stuck []string
+	started := 0
+	m.mu.Lock()
+	for _, t := range targets {
+		addr := t.labels[1]
+		if m.pending[addr] {
+			stuck = append(stuck, t.labels[0])
+			continue
+		}
+		m.pending[addr] = true
+		started++
+		go func() {
+			rd := m.read(t)
+			m.mu.Lock()
+			delete(m.pending, addr)
+			m.mu.Unlock()
+			results <- rd
+		}()
+	}
+	m.mu.Unlock()
+
+	got := map[string]efaReading{}
+wait:
+	for len(got) < started {
+		select {
+		case rd := <-results:
+			got[rd.t.labels[1]] = rd
+		case <-deadline.C:
+			timedOut = true
+			break wait
+		}
+	}
+	var late []string
+	var out []prometheus.Metric
+	for _, t := range targets {
+		rd, ok := got[t.labels[1]]
+		if !ok {
+			if !slices.Contains(stuck, t.labels[0]) {
+				late = append(late, t.labels[0])
+			}
+			continue
+		}
+		out = append(out, m.metricsOf(rd)...)
+		m.noteErrors(logger, rd)
+	}
+	if timedOut || len(stuck) > 0 {
+		m.timeouts.Inc()
+		logger.Error(nil, "EFA metrics: sysfs reads did not finish within the bound; those EFAs are left out of this scrape",
+			"timeout", timeout, "late", late, "stillReadingFromBefore", stuck)
+	}
+
+	s := &efaSample{at: m.now(), metrics: out}
+	m.mu.Lock()
+	m.last, m.round, r.sample = s, nil, s
+	m.mu.Unlock()
+	close(r.done)
+}
+
+// read reads one EFA's counters and its ports' state and rate.
+func (m *EFAMetrics) read(t efaTarget) efaReading {
+	rd := efaReading{t: t}
+	cs, err := t.dev.ReadCounters(m.sysfs)
+	rd.counters = cs
+	rd.errs = append(rd.errs, flatten(err)...)
+	r := sysfs.NewReader(m.sysfs)
+	for _, p := range t.dev.Ports {
+		pr := portReading{number: p.Number}
+		dir := fmt.Sprintf("%s/ports/%d", t.dev.IBPath, p.Number)
+		if s, err := r.ReadString(dir + "/state"); err != nil {
+			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/state", Err: sysfs.Cause(err)})
+		} else if st, err := efa.ParseEnumAttr(s); err != nil {
+			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/state", Err: err})
+		} else {
+			pr.state, pr.stateOK = st, true
+		}
+		if s, err := r.ReadString(dir + "/rate"); err != nil {
+			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/rate", Err: sysfs.Cause(err)})
+		} else if g, err := efa.ParseRate(s); err != nil {
+			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/rate", Err: err})
+		} else {
+			pr.rateGbps, pr.rateOK = g, true
+		}
+		rd.ports = append(rd.ports, pr)
+	}
+	return rd
+}
+
+// flatten lists the errors a join holds.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// noteErrors counts a reading's errors and logs them when they differ
+// from the EFA's last (a damaged file is not logged on every scrape).
+func (m *EFAMetrics) noteErrors(logger klog.Logger, rd efaReading) {
+	dev := rd.t.labels[0]
+	if n := len(rd.errs); n > 0 {
+		m.readErrs.WithLabelValues(dev).Add(float64(n))
+	}
+	msg := errors.Join(rd.errs...)
+	text := ""
+	if msg != nil {
+		text = msg.Error()
+	}
+	m.mu.Lock()
+	changed := m.lastErr[dev] != text
+	if text == "" {
+		delete(m.lastErr, dev)
+	} else {
+		m.lastErr[dev] = text
+	}
+	m.mu.Unlock()
+	switch {
+	case changed && text != "":
+		logger.Error(msg, "EFA metrics: files left out", "device", dev)
+	case changed:
+		logger.Info("EFA metrics: every file read again", "device", dev)
+	}
+}
+
+// metricsOf turns a reading into metrics. A counter that could not be
+// read is absent: the reading holds no value for it.
+func (m *EFAMetrics) metricsOf(rd efaReading) []prometheus.Metric {
+	var out []prometheus.Metric
+	known := map[string]bool{} // counter name -> per port
+	for _, c := range efa.KnownCounters() {
+		known[c.Name] = c.Port
+	}
+	base := rd.t.labels
+	basePairs := labelPairs(efaLabels, base)
+	portPairs := map[int][]*dto.LabelPair{}
+	pairsOf := func(port int) ([]string, []*dto.LabelPair) {
+		pl := append(slices.Clone(base), strconv.Itoa(port))
+		if portPairs[port] == nil {
+			portPairs[port] = labelPairs(append(slices.Clone(efaLabels), "port"), pl)
+		}
+		return pl, portPairs[port]
+	}
+	if cs := rd.counters; cs != nil {
+		for _, name := range sortedKeys(cs.Device) {
+			if name == efa.NotACounter {
+				continue
+			}
+			v := float64(cs.Device[name])
+			if port, ok := known[name]; ok && !port && m.counterDescs[name] != nil {
+				out = append(out, &efaMetric{m.counterDescs[name], basePairs, true, v})
+			} else {
+				out = append(out, prometheus.MustNewConstMetric(m.otherDevice, prometheus.CounterValue, v, append(slices.Clone(base), name)...))
+			}
+		}
+		ports := make([]int, 0, len(cs.Ports))
+		for n := range cs.Ports {
+			ports = append(ports, n)
+		}
+		sort.Ints(ports)
+		for _, n := range ports {
+			pl, pairs := pairsOf(n)
+			for _, name := range sortedKeys(cs.Ports[n]) {
+				if name == efa.NotACounter {
+					continue
+				}
+				v := float64(cs.Ports[n][name])
+				if port, ok := known[name]; ok && port && m.counterDescs[name] != nil {
+					out = append(out, &efaMetric{m.counterDescs[name], pairs, true, v})
+				} else {
+					out = append(out, prometheus.MustNewConstMetric(m.otherPort, prometheus.CounterValue, v, append(slices.Clone(pl), name)...))
+				}
+			}
+		}
+	}
+	for _, p := range rd.ports {
+		_, pairs := pairsOf(p.number)
+		if p.stateOK {
+			active := 0.0
+			if p.state == "ACTIVE" {
+				active = 1
+			}
+			out = append(out, &efaMetric{m.portActive, pairs, false, active})
+		}
+		if p.rateOK {
+			out = append(out, &efaMetric{m.portRate, pairs, false, p.rateGbps * 1e9 / 8})
+		}
+	}
+	return out
+}
+
+// efaMetric is one sample of an EFA. Its label pairs, sorted by name as
+// the registry wants them, are built once per EFA and port and shared by
+// all of its samples (read-only), where prometheus.MustNewConstMetric
+// builds them for each: a third of a scrape's allocations on a p5.
+type efaMetric struct {
+	desc    *prometheus.Desc
+	labels  []*dto.LabelPair
+	counter bool
+	value   float64
+}
+
+func (e *efaMetric) Desc() *prometheus.Desc { return e.desc }
+
+func (e *efaMetric) Write(out *dto.Metric) error {
+	out.Label = e.labels
+	v := e.value
+	if e.counter {
+		out.Counter = &dto.Counter{Value: &v}
+	} else {
+		out.Gauge = &dto.Gauge{Value: &v}
+	}
+	return nil
+}
+
+// labelPairs pairs names with values, sorted by name.
+func labelPairs(names, values []string) []*dto.LabelPair {
+	out := make([]*dto.LabelPair, len(names))
+	for i := range names {
+		out[i] = &dto.LabelPair{Name: &names[i], Value: &values[i]}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// efaTargets lists the published EFAs with the claim each is prepared for
+// (the group's claim for a member of a prepared group device). While the
+// kubelet has yet to unprepare a claim whose EFA was handed on to another
+// (see released), the EFA carries the claim of lower UID: one series per
+// EFA, so sums over claims or nodes count its traffic once.
+func (p *Plugin) efaTargets() []efaTarget {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	type owner struct{ ns, name, uid string }
+	owners := map[string]owner{} // by PCI address
+	if p.state != nil {
+		for uid, c := range p.state.Claims {
+			for _, d := range c.Devices {
+				if o, ok := owners[d.PCIAddress]; !ok || uid < o.uid {
+					owners[d.PCIAddress] = owner{c.Namespace, c.Name, uid}
+				}
+			}
+		}
+	}
+	names := make([]string, 0, len(p.inventory))
+	for n, inv := range p.inventory {
+		if inv.EFA != nil {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	out := make([]efaTarget, 0, len(names))
+	for _, n := range names {
+		inv := p.inventory[n]
+		o := owners[inv.PCIAddress]
+		out = append(out, efaTarget{dev: inv.EFA, labels: []string{
+			inv.RDMAName, inv.PCIAddress, inv.EFA.PCI.Root, n, o.ns, o.name, o.uid,
+		}})
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// TestRealNodeSliceRepair: a real kubelet deletes every ResourceSlice of
+// its node when it starts; after a restart of the kubelet alone, the
+// plugin's slices are published again within seconds (it took 30.5 s, the
+// resourceslice controller's default sync delay, before), and the plugin
+// logs the repair. The time from the kubelet's delete to the new slice is
+// measured from a watch on the node's slices.
+func TestRealNodeSliceRepair(t *testing.T) {
+	c := apiServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := startRealNode(t, c)
+	n.startEFAKit(p5Fixture)
+	n.waitEFAs(t, 32)
+
+	l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name})
+	require.NoError(t, err)
+	require.NotEmpty(t, l.Items)
+	old := map[types.UID]bool{}
+	for _, s := range l.Items {
+		old[s.UID] = true
+	}
+	w, err := c.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{
+		FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name, ResourceVersion: l.ResourceVersion})
+	require.NoError(t, err)
+	defer w.Stop()
+	var mu sync.Mutex
+	var deleted, added time.Time
+	go func() {
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*resourceapi.ResourceSlice)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			switch {
+			case ev.Type == watch.Deleted && old[s.UID] && deleted.IsZero():
+				deleted = time.Now()
+			case ev.Type == watch.Added && !old[s.UID] && !deleted.IsZero() && added.IsZero():
+				added = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+
+	n.stopProc("kubelet", syscall.SIGTERM, 30*time.Second)
+	n.startKubelet()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !deleted.IsZero() }, 60*time.Second, 50*time.Millisecond,
+		"the restarted kubelet deletes the node's slices; kubelet log:\n%s", n.logTail("kubelet", 3000))
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !added.IsZero() }, 10*time.Second, 50*time.Millisecond,
+		"the plugin's slices back within 10 s of the kubelet's delete; plugin log:\n%s", n.logTail("efakit-plugin", 3000))
+	mu.Lock()
+	took := added.Sub(deleted)
+	mu.Unlock()
+	t.Logf("kubelet restart: the node's slices deleted, the plugin's back %v later", took.Round(time.Millisecond))
+	n.waitEFAs(t, 32)
+	require.Eventually(t, func() bool {
+		return strings.Contains(n.logTail("efakit-plugin", 20000), "deleted or changed by someone else")
+	}, 10*time.Second, 100*time.Millisecond, "the plugin logs the repair")
+	log := n.logTail("efakit-plugin", 100000)
+	assert.Equal(t, 1, strings.Count(log, "deleted or changed by someone else"), "one line per repair")
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "deleted or changed by someone else") {
+			t.Logf("plugin: %s", line)
+		}
+	}
+}
