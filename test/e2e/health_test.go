@@ -96,6 +96,24 @@ func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
 	assert.Equal(t, resourceapi.DeviceTaintEffectNoSchedule, taints[0].Effect)
 	assert.NotNil(t, taints[0].TimeAdded, "set by the API server")
 
+	// The plugin says so on the Node, as kubectl describe node lists it:
+	// core/v1 Events in default about the Node.
+	var events []corev1.Event
+	require.Eventually(t, func() bool {
+		l, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name + ",reason=" + driver.ReasonUnhealthy})
+		if err != nil {
+			return false
+		}
+		events = l.Items
+		return len(events) > 0
+	}, 30*time.Second, 200*time.Millisecond, "an EFAUnhealthy Event on node %s", n.name)
+	require.Len(t, events, 1, "one Event for the one unhealthy EFA")
+	assert.Equal(t, corev1.EventTypeWarning, events[0].Type)
+	assert.Contains(t, events[0].Message, "efa-0000-50-00-0 (rdmap80s0)")
+	assert.Contains(t, events[0].Message, "port DOWN")
+	assert.Equal(t, driver.EventSourceComponent, events[0].Source.Component)
+
 	at := func(addr string) resourceapi.ResourceClaimSpec {
 		var s resourceapi.ResourceClaimSpec
 		s.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{
