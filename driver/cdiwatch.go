@@ -146,5 +146,5 @@ func (p *Plugin) RepairSpecs(ctx context.Context) error {
 	// from the checkpoint as it is now, or it would remove the specs of
 	// claims it does not know yet.
 	p.reloadState(ctx)
-	return errors.Join(p.restore(ctx)...)
+	return errors.Join(p.restore(ctx, false)...)
 }

@@ -159,7 +159,7 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 		// restore removes them with the other leftovers.
 		klog.FromContext(ctx).Info("dropped claims prepared before the node rebooted", "count", len(st.Dropped))
 	}
-	errs = append(errs, p.restore(ctx)...)
+	errs = append(errs, p.restore(ctx, true)...)
 	return p, errors.Join(errs...)
 }
 

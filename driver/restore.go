@@ -52,11 +52,15 @@ func lockDataDir(dir string) (func(), error) {
 //     the spec does not: the kubelet does not prepare a claim again after a
 //     plugin restart, and a container restart needs every CDI device the
 //     prepare result named;
-//   - what no checkpointed claim owns is removed: temporary files of
-//     interrupted writes, specs and metadata of claims the checkpoint does
-//     not hold (a crash between a spec and the checkpoint, a claim from
-//     before a reboot).
-func (p *Plugin) restore(ctx context.Context) []error {
+//   - at a start (cleanup), what no checkpointed claim owns is removed:
+//     temporary files of interrupted writes, specs and metadata of claims
+//     the checkpoint does not hold (a crash between a spec and the
+//     checkpoint, a claim from before a reboot). A repair while the plugin
+//     runs only writes back: without POD_UID the helper takes no lock
+//     around its calls, so a temporary file or a spec there may be a
+//     prepare's write in flight (its metadata spec is written after the
+//     checkpoint), and removing it failed that prepare.
+func (p *Plugin) restore(ctx context.Context, cleanup bool) []error {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	uids := make([]string, 0, len(p.state.Claims))
@@ -75,6 +79,9 @@ func (p *Plugin) restore(ctx context.Context) []error {
 		errs = append(errs, p.restoreMetadata(ctx, c)...)
 	}
 
+	if !cleanup {
+		return errs
+	}
 	files, err := p.cdi.List()
 	if err != nil {
 		return append(errs, err)
