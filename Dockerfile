@@ -1,14 +1,21 @@
-# efakit-plugin: a static binary on a distroless base. The image's user is
-# non-root; the Helm chart runs it as root with every capability dropped,
-# only to write the kubelet's root-owned directories.
-FROM golang:1.26 AS build
+# efakit-plugin: static binaries on a distroless base, for linux/amd64 and
+# linux/arm64 (the platforms of tools/image; TestDockerfileAgrees):
+#
+#   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/efakit-plugin:TAG --push .
+#
+# The build stage runs on the builder's own platform and Go cross-compiles
+# for each target (no emulation); TARGETOS and TARGETARCH are buildx's
+# automatic arguments. The image's user is non-root; the Helm chart runs it
+# as root with every capability dropped, only to write the kubelet's
+# root-owned directories.
+FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/efakit-plugin ./cmd/efakit-plugin \
- && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/efakit ./cmd/efakit
+ARG TARGETOS TARGETARCH
+RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/efakit-plugin ./cmd/efakit
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/efakit-plugin /out/efakit /usr/local/bin/

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/stretchr/testify/assert"
@@ -42,8 +44,20 @@ func (n *realNode) importPluginImage() {
 	m, err := idx.IndexManifest()
 	require.NoError(t, err)
 	require.Len(t, m.Manifests, 1)
-	img, err := idx.Image(m.Manifests[0].Digest)
+	// The layout names one image index, one image per platform: the
+	// node's containerd runs this machine's.
+	platforms, err := idx.ImageIndex(m.Manifests[0].Digest)
 	require.NoError(t, err)
+	pm, err := platforms.IndexManifest()
+	require.NoError(t, err)
+	var img v1.Image
+	for _, d := range pm.Manifests {
+		if d.Platform != nil && d.Platform.OS == "linux" && d.Platform.Architecture == goruntime.GOARCH {
+			img, err = platforms.Image(d.Digest)
+			require.NoError(t, err)
+		}
+	}
+	require.NotNil(t, img, "tools/image: no linux/%s image", goruntime.GOARCH)
 	tag, err := name.NewTag(chartImage + ":e2e")
 	require.NoError(t, err)
 	file := out + ".tar"
