@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/internal/fleet"
 )
 
 // render runs `helm template` (the helm tool of this module's go.mod) on
@@ -258,4 +260,51 @@ func TestChartSysfsRecursiveReadOnly(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err, "%s", out)
 	assert.Contains(t, string(out), "sysfsRecursiveReadOnly is enabled: Enabled, IfPossible or Disabled")
+}
+
+// TestChartNodeSelection: by default the DaemonSet selects exactly the
+// instance types of internal/fleet's table, and keeps off device-plugin and
+// Auto Mode nodes whatever selects the EFA nodes: a label instead of the
+// list, extra instance types, or the user's own affinity, which replaces it.
+func TestChartNodeSelection(t *testing.T) {
+	exclusions := []corev1.NodeSelectorRequirement{
+		{Key: "efakit.io/efa-device-plugin", Operator: corev1.NodeSelectorOpDoesNotExist},
+		{Key: "eks.amazonaws.com/compute-type", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"auto"}},
+	}
+	terms := func(args ...string) []corev1.NodeSelectorTerm {
+		for _, o := range render(t, args...) {
+			if ds, ok := o.(*appsv1.DaemonSet); ok {
+				if len(args) == 0 {
+					// The list lives in the DaemonSet only: the DaemonSet
+					// controller gives each pod its node's name instead.
+					b, err := json.Marshal(ds)
+					require.NoError(t, err)
+					t.Logf("default DaemonSet: %d bytes of JSON", len(b))
+				}
+				return ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			}
+		}
+		t.Fatal("no DaemonSet")
+		return nil
+	}
+	instanceTypes := func(list []string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: "node.kubernetes.io/instance-type", Operator: corev1.NodeSelectorOpIn, Values: list}
+	}
+
+	assert.Equal(t, []corev1.NodeSelectorTerm{{MatchExpressions: append([]corev1.NodeSelectorRequirement{
+		instanceTypes(fleet.InstanceTypes())}, exclusions...)}}, terms())
+
+	assert.Equal(t, []corev1.NodeSelectorTerm{{MatchExpressions: append([]corev1.NodeSelectorRequirement{
+		{Key: "example.com/efa", Operator: corev1.NodeSelectorOpExists}}, exclusions...)}},
+		terms("--set", "nodeSelection.label=example.com/efa"))
+
+	// An extra type is added once, a listed one not twice.
+	assert.Equal(t, []corev1.NodeSelectorTerm{{MatchExpressions: append([]corev1.NodeSelectorRequirement{
+		instanceTypes(append(fleet.InstanceTypes(), "trn3.48xlarge"))}, exclusions...)}},
+		terms("--set", "nodeSelection.extraInstanceTypes={trn3.48xlarge,p5.48xlarge}"))
+
+	own := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-a"}}}}
+	assert.Equal(t, []corev1.NodeSelectorTerm{own}, terms("--set-json",
+		`affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["node-a"]}]}]}}}`))
 }
