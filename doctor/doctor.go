@@ -66,6 +66,7 @@ type CheckID string
 const (
 	CheckKernelModules       CheckID = "kernel-modules"
 	CheckEFADevices          CheckID = "efa-devices"
+	CheckPCIeLinks           CheckID = "pcie-links"
 	CheckUverbsNodes         CheckID = "uverbs-nodes"
 	CheckLibfabricVisibility CheckID = "libfabric-visibility"
 	CheckRDMANetns           CheckID = "rdma-netns"
@@ -251,6 +252,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Checks = []Check{
 		f.kernelModules(),
 		f.efaDevices(),
+		f.pcieLinks(),
 		f.uverbsNodes(),
 		f.libfabricVisibility(),
 		f.rdmaNetns(),

@@ -62,13 +62,20 @@ func (a clientsetAPI) ResourceSlices(ctx context.Context, driverName, node strin
 }
 
 // withModules adds module/efa (with its version) and module/ib_uverbs to a
-// capture, as a live node shows them; the captures hold no module/.
+// capture, as a live node shows them; the captures hold at most
+// module/efa/version.
 func withModules(t *testing.T, capture string) *sysfs.MemFS {
 	t.Helper()
 	root, err := sysfs.OpenCapture(capture)
 	require.NoError(t, err)
 	mem := root.ReadLinkFS.(*sysfs.MemFS)
-	entries := append(mem.Entries(),
+	var entries []sysfs.Entry
+	for _, e := range mem.Entries() {
+		if !strings.HasPrefix(e.Path, "module/") && e.Path != "module" {
+			entries = append(entries, e)
+		}
+	}
+	entries = append(entries,
 		sysfs.Entry{Path: "module/efa/version", Kind: sysfs.KindFile, Data: []byte("2.13.0g\n")},
 		sysfs.Entry{Path: "module/ib_uverbs", Kind: sysfs.KindDir},
 	)
@@ -232,7 +239,7 @@ func (s *scene) run() *doctor.Report {
 	s.t.Helper()
 	rep, err := doctor.Run(context.Background(), s.opts)
 	require.NoError(s.t, err)
-	require.Len(s.t, rep.Checks, 11)
+	require.Len(s.t, rep.Checks, 12)
 	return rep
 }
 
@@ -619,6 +626,7 @@ func TestKernelAndDevices(t *testing.T) {
 		assertStatuses(t, rep, map[doctor.CheckID]doctor.Status{
 			doctor.CheckKernelModules:       doctor.Fail,
 			doctor.CheckEFADevices:          doctor.Fail,
+			doctor.CheckPCIeLinks:           doctor.Skip,
 			doctor.CheckUverbsNodes:         doctor.Skip,
 			doctor.CheckLibfabricVisibility: doctor.Skip,
 			doctor.CheckEnvironment:         doctor.Skip,
@@ -855,6 +863,7 @@ func ExampleRun() {
 	// Output:
 	// pass kernel-modules
 	// pass efa-devices
+	// pass pcie-links
 	// fail uverbs-nodes
 	// fail libfabric-visibility
 	// pass rdma-netns

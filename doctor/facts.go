@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
 )
 
 // facts is what several checks judge, gathered once: the EFAs of sysfs,
@@ -32,6 +33,7 @@ type facts struct {
 	sysfs *sysfs.Reader
 
 	efas     []*efa.Device
+	gpus     []*pcie.Device // NVIDIA GPUs of the PCI tree
 	inactive []*pcie.Device
 	scanErrs []error // efa.Scan's, one per damaged device or file
 
@@ -81,9 +83,16 @@ type nodeProbe struct {
 // gather reads everything the checks share.
 func gather(ctx context.Context, o Options) *facts {
 	f := &facts{ctx: ctx, o: o, env: envMap(o.Environ), sysfs: sysfs.NewReader(o.Sysfs)}
-	_, res, err := efa.Scan(o.Sysfs)
+	tree, res, err := efa.Scan(o.Sysfs)
 	if res != nil {
 		f.efas, f.inactive = res.EFAs, res.Inactive
+	}
+	if tree != nil {
+		for _, d := range tree.Devices {
+			if topology.IsGPU(d) {
+				f.gpus = append(f.gpus, d)
+			}
+		}
 	}
 	f.scanErrs = flatten(err)
 	f.readVerbs()

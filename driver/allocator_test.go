@@ -348,7 +348,7 @@ func TestAllEFAsOneGPU(t *testing.T) {
 				require.NoError(t, o.err)
 				require.NotNil(t, o.result, "one EFA and one GPU on one root")
 				assert.Len(t, o.byReq["all-efas"], 1)
-			case "p5.48xlarge":
+			case "p5.48xlarge", "p5e.48xlarge":
 				// 32 EFAs plus a GPU is 33 devices, over a claim's 32.
 				require.Error(t, o.err)
 				assert.Contains(t, o.err.Error(), "exceeds the claim limit of 32")

@@ -25,7 +25,7 @@ import (
 )
 
 // ibDir is the RDMA device directory of the p5 fixture's EFA at 0000:4f:00.0.
-const ibDir = "devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:09.0/0000:4f:00.0/infiniband/rdmap79s0"
+const ibDir = "devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:01.0/0000:4f:00.0/infiniband/rdmap79s0"
 
 // series is one gathered sample.
 type series struct {

@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // HandleError logs background errors (publishing); a fatal one stops the
@@ -40,16 +45,86 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 			dropped.DisabledFeatures(), p.cfg.Groups, err)
 		klog.FromContext(ctx).Error(err, msg)
 		p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", "efakit stops: "+err.Error())
-		if p.Stop != nil {
-			p.Stop(err)
-		}
+		p.withdrawAndStop(ctx, err)
 		return
+	}
+	if numaListRefused(err) {
+		// No DRAListTypeAttributes: 1.34 and 1.35 know no list values,
+		// 1.36 and 1.37 drop them while the gate is off (its default),
+		// and validation then finds numaNode without a value. The scalar
+		// form says the same of an EFA, which has one NUMA node.
+		p.mu.Lock()
+		first := p.cfg.NUMAList && !p.numaScalar
+		p.numaScalar = true
+		p.mu.Unlock()
+		if first {
+			const why = "the API server refuses " + string(resources.AttrNUMANode) + " in list form (--numa-list needs DRAListTypeAttributes): published as a single number instead"
+			klog.FromContext(ctx).Info(why, "refused", err.Error())
+			p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", why)
+			p.kickRescan()
+			return
+		}
 	}
 	klog.FromContext(ctx).Error(err, msg)
 	p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", msg+": "+err.Error())
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && p.Stop != nil {
 		p.Stop(fmt.Errorf("%s: %w", msg, err))
 	}
+}
+
+// withdrawAndStop stops the plugin on a fatal publishing error, after
+// deleting its slices: as stored they are what made the error fatal. The
+// withdrawal runs apart: the caller is the slice controller, which
+// Withdraw stops and waits for.
+func (p *Plugin) withdrawAndStop(ctx context.Context, err error) {
+	p.mu.Lock()
+	if p.stopping {
+		// Each slice reports its drop: the first report stops.
+		p.mu.Unlock()
+		return
+	}
+	p.stopping = true
+	pub := p.pub
+	p.pub = nil // publish nothing more
+	p.mu.Unlock()
+	stop := func() {
+		if p.Stop != nil {
+			p.Stop(err)
+		}
+	}
+	w, ok := pub.(withdrawer)
+	if !ok {
+		stop()
+		return
+	}
+	go func() {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if werr := w.Withdraw(wctx); werr != nil {
+			klog.FromContext(ctx).Error(werr, "withdrawing the slices before stopping")
+		}
+		stop()
+	}()
+}
+
+// numaListRefused reports whether err is the API server refusing a slice
+// for its numaNode attribute (the field path ends in
+// attributes[resource.kubernetes.io/numaNode]).
+func numaListRefused(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	s := st.Status()
+	if s.Reason != metav1.StatusReasonInvalid || s.Details == nil {
+		return false
+	}
+	for _, c := range s.Details.Causes {
+		if strings.HasSuffix(c.Field, ".attributes["+string(resources.AttrNUMANode)+"]") {
+			return true
+		}
+	}
+	return false
 }
 
 // WatchHealthStatus sends the health of every device now, then again on

@@ -81,6 +81,13 @@ type Plugin struct {
 	scanErr       string                  // the last scan's errors, named by the publish they cause
 	checkErr      string                  // the last failed check for another owner, logged when it changes
 	state         *checkpoint.State
+
+	// numaScalar: the API server refuses numaNode in list form, so it is
+	// published as a number whatever --numa-list says.
+	numaScalar bool
+	// stopping: a fatal publishing error is withdrawing the slices and
+	// stopping the plugin.
+	stopping bool
 }
 
 // inventoryDevice is what Prepare needs of a published EFA, from the last

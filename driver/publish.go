@@ -34,6 +34,11 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	start := time.Now()
 	topo, scanErr := topology.Scan(p.sysfs)
 	cfg := resources.Config(p.cfg)
+	p.mu.Lock()
+	if p.numaScalar {
+		cfg.NUMAList = false
+	}
+	p.mu.Unlock()
 	pool, buildErr := resources.Build(topo, cfg)
 	res := driverResources(pool)
 	inv := map[string]inventoryDevice{}

@@ -72,6 +72,14 @@ type Device struct {
 	// (PCI.Path/p2p: "NVIDIA", "NEURON"...); "" where the file is absent
 	// or damaged.
 	P2P string
+	// GDR is the legacy gdr file of out-of-tree drivers before 2.6.0
+	// (PCI.Path/gdr), which p2p replaced: true for "1", NVIDIA's
+	// peer-memory symbols found (GPUDirect RDMA possible), false for
+	// "0". nil where the file is absent (the in-tree driver, or 2.6.0
+	// and later), damaged or not read (OptGDR). amzn-drivers:
+	// kernel/linux/efa/src/efa_sysfs.c, commits 4f19416 (added), dc11381
+	// ("0" without the symbols) and cf3152e (replaced by p2p).
+	GDR *bool
 	// Optional says which optional attributes discovery read: all with
 	// Discover, those asked for with DiscoverOnly.
 	Optional Optional
@@ -168,7 +176,8 @@ type Optional uint8
 const (
 	OptSysImageGUID Optional = 1 << iota // sys_image_guid: Device.SysImageGUID
 	OptFirmwareVer                       // fw_ver: Device.FirmwareVer
-	OptAll          = OptSysImageGUID | OptFirmwareVer
+	OptGDR                               // PCI.Path/gdr: Device.GDR
+	OptAll          = OptSysImageGUID | OptFirmwareVer | OptGDR
 )
 
 // Discover finds the EFAs among the functions of tree. It returns what it
@@ -230,29 +239,14 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (
 	}
 	// node_guid, sys_image_guid and fw_ver exist for every RDMA device. A
 	// value that does not check stays unknown (""), with the error.
-	for _, f := range []struct {
-		name  string
-		dst   *string
-		check func(string) error
-		opt   Optional
-	}{
-		{"node_guid", &d.NodeGUID, checkGUID, 0}, // efakit list
-		{"sys_image_guid", &d.SysImageGUID, checkGUID, OptSysImageGUID},
-		{"fw_ver", &d.FirmwareVer, pcie.CheckText, OptFirmwareVer},
-	} {
-		if f.opt != 0 && want&f.opt == 0 {
-			continue
-		}
-		s, err := r.ReadString(ib + "/" + f.name)
-		if err == nil {
-			err = f.check(s)
-		}
-		if err != nil {
-			fail(ib+"/"+f.name, err)
-			continue
-		}
-		*f.dst = s
+	if s, err := r.ReadString(ib + "/node_guid"); err != nil { // efakit list
+		fail(ib+"/node_guid", err)
+	} else if err := checkGUID(s); err != nil {
+		fail(ib+"/node_guid", err)
+	} else {
+		d.NodeGUID = s
 	}
+	errs = append(errs, readOptional(r, d, want)...)
 
 	ports, err := r.ReadDir(ib + "/ports")
 	if err != nil {
@@ -287,6 +281,109 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (
 		fail(pci.Path+"/p2p", err)
 	}
 	return d, errs
+}
+
+// ReadOptional reads, of d's optional attributes, those in want that
+// discovery left unread, and adds them to d.Optional: efakit list reads
+// the gdr file of the EFAs it shows after a topology.Scan, which does not.
+func ReadOptional(r *sysfs.Reader, d *Device, want Optional) error {
+	errs := readOptional(r, d, want&^d.Optional)
+	d.Optional |= want
+	return errors.Join(errs...)
+}
+
+// readOptional reads the optional attributes in want into d.
+func readOptional(r *sysfs.Reader, d *Device, want Optional) []error {
+	var errs []error
+	fail := func(file string, err error) {
+		errs = append(errs, &Error{Device: d.Name, File: file, Err: sysfs.Cause(err)})
+	}
+	for _, f := range []struct {
+		name  string
+		dst   *string
+		check func(string) error
+		opt   Optional
+	}{
+		{"sys_image_guid", &d.SysImageGUID, checkGUID, OptSysImageGUID},
+		{"fw_ver", &d.FirmwareVer, pcie.CheckText, OptFirmwareVer},
+	} {
+		if want&f.opt == 0 {
+			continue
+		}
+		file := d.IBPath + "/" + f.name
+		s, err := r.ReadString(file)
+		if err == nil {
+			err = f.check(s)
+		}
+		if err != nil {
+			fail(file, err)
+			continue
+		}
+		*f.dst = s
+	}
+	if want&OptGDR != 0 {
+		file := d.PCI.Path + "/gdr"
+		switch s, err := r.ReadString(file); {
+		case err == nil:
+			g, err := ParseGDR(s)
+			if err != nil {
+				fail(file, err)
+			} else {
+				d.GDR = &g
+			}
+		case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
+			// the in-tree driver, or an out-of-tree one with p2p instead
+		default:
+			fail(file, err)
+		}
+	}
+	return errs
+}
+
+// ParseGDR parses the legacy gdr file: "1" or "0".
+func ParseGDR(s string) (bool, error) {
+	switch s {
+	case "1":
+		return true, nil
+	case "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a gdr value (\"1\" or \"0\")", clip(s))
+}
+
+// DriverVersionFile is the efa module's version. The out-of-tree driver
+// of the EFA installer sets one ("2.13.0g": DRV_MODULE_VERSION in
+// amzn-drivers' kernel/linux/efa/src/efa_main.c); the in-tree driver, a
+// kernel with efa built in, and a capture without module/ have none.
+const DriverVersionFile = "module/efa/version"
+
+// ReadDriverVersion reads the efa module's version from the same root as
+// the devices (os.DirFS("/sys") holds module/). It returns "" without an
+// error where the file is absent: the in-tree driver, or a version
+// unknown. A file that cannot be read or is not a version is an error
+// naming it, and "".
+func ReadDriverVersion(r *sysfs.Reader) (string, error) {
+	s, err := r.ReadString(DriverVersionFile)
+	if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
+		return "", nil
+	}
+	if err == nil {
+		err = CheckDriverVersion(s)
+	}
+	if err != nil {
+		return "", &Error{Device: "efa module", File: DriverVersionFile, Err: sysfs.Cause(err)}
+	}
+	return s, nil
+}
+
+// CheckDriverVersion checks a module version as the kernel prints it:
+// a number first ("2.13.0g"), then at most 63 more printable characters
+// with no space.
+func CheckDriverVersion(s string) error {
+	if s == "" || s[0] < '0' || s[0] > '9' || len(s) > 64 || pcie.CheckName(s) != nil {
+		return fmt.Errorf("%q is not a module version (\"2.13.0g\")", clip(s))
+	}
+	return nil
 }
 
 func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {

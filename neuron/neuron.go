@@ -239,10 +239,14 @@ type Table struct {
 }
 
 // families maps an instance family to the family whose table it shares.
+// trn3pds is the family the Neuron UltraServer operator names ("Trn3pds",
+// awsdocs-neuron deploy/eks/ultraserver-operator); the Neuron driver's v4
+// HAL (aws-neuron-driver neuron_dhal_v4.c) treats trn3s.48xlarge as that PDS
+// platform, so trn3pds shares trn3s's table, which is trn3's.
 var families = map[string]string{
 	"trn1": "trn1", "trn1n": "trn1n",
 	"trn2": "trn2", "trn2e": "trn2", "trn2u": "trn2",
-	"trn3": "trn3", "trn3p": "trn3", "trn3pd98": "trn3", "trn3s": "trn3",
+	"trn3": "trn3", "trn3p": "trn3", "trn3pd98": "trn3", "trn3s": "trn3", "trn3pds": "trn3",
 }
 
 func addrs(spec string) map[int]pcie.Address {

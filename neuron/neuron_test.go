@@ -33,7 +33,7 @@ func TestReadClassTrn1(t *testing.T) {
 
 func TestTables(t *testing.T) {
 	t.Parallel()
-	for it, fam := range map[string]string{"trn1.32xlarge": "trn1", "trn1n.32xlarge": "trn1n", "trn2.48xlarge": "trn2", "trn2u.48xlarge": "trn2", "trn2e.48xlarge": "trn2", "trn3pd98.48xlarge": "trn3"} {
+	for it, fam := range map[string]string{"trn1.32xlarge": "trn1", "trn1n.32xlarge": "trn1n", "trn2.48xlarge": "trn2", "trn2u.48xlarge": "trn2", "trn2e.48xlarge": "trn2", "trn3pd98.48xlarge": "trn3", "trn3pds.48xlarge": "trn3"} {
 		tb, ok := neuron.TableFor(it)
 		require.True(t, ok, it)
 		assert.Equal(t, fam, tb.Family)

@@ -75,6 +75,16 @@ type Device struct {
 	Parent *Device
 	// Children are the functions directly below a bridge, in address order.
 	Children []*Device
+	// CurrentLink and MaxLink are the PCIe link now and at best
+	// (current_link_speed and _width, max_link_speed and _width); nil
+	// where the function has neither file of the pair (it is not PCI
+	// Express: many virtual and root-complex functions) or they were not
+	// read (OptLink).
+	CurrentLink, MaxLink *Link
+	// IOMMUGroup is the number of the group iommu_group links to;
+	// NoIOMMUGroup without the link (no IOMMU), or when it is damaged or
+	// was not read (OptIOMMU).
+	IOMMUGroup int
 	// Optional says which optional attributes discovery read: all of
 	// them with Discover, those asked for with DiscoverOnly. An
 	// attribute not read keeps its unknown value.
@@ -130,7 +140,9 @@ const (
 	OptRevision  Optional = 1 << iota // revision: Device.Revision
 	OptNUMANode                       // numa_node: Device.NUMANode
 	OptLocalCPUs                      // local_cpulist: Device.LocalCPUs
-	OptAll       = OptRevision | OptNUMANode | OptLocalCPUs
+	OptLink                           // {current,max}_link_{speed,width}: Device.CurrentLink, MaxLink
+	OptIOMMU                          // the iommu_group link: Device.IOMMUGroup
+	OptAll       = OptRevision | OptNUMANode | OptLocalCPUs | OptLink | OptIOMMU
 )
 
 // Discover reads every function listed in bus/pci/devices. It returns the
@@ -221,7 +233,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, want func
 	if !isRootComplex(parts[1]) {
 		return nil, fail(link, fmt.Errorf("resolves to %s: %q is not a root complex (pci<domain>:<bus>)", real, parts[1]))
 	}
-	d := &Device{Address: addr, Path: real, Root: parts[1], NUMANode: NoNUMA}
+	d := &Device{Address: addr, Path: real, Root: parts[1], NUMANode: NoNUMA, IOMMUGroup: NoIOMMUGroup}
 	file := func(f string) string { return real + "/" + f }
 
 	var errs []error
@@ -308,34 +320,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, want func
 		}
 	}
 	d.Optional = want(d)
-	if d.Optional&OptRevision != 0 {
-		optional("revision", hexInto(8, func(v uint64) { d.Revision = uint8(v) }))
-	}
-	// A value that does not parse stays unknown (NoNUMA, no CPUs), with
-	// the error: never the parser's zero.
-	if d.Optional&OptNUMANode != 0 {
-		optional("numa_node", func(s string) error {
-			n, err := ParseNUMANode(s)
-			if err == nil {
-				d.NUMANode = n
-			}
-			return err
-		})
-	}
-	if d.Optional&OptLocalCPUs != 0 {
-		optional("local_cpulist", func(s string) error {
-			c, ok := cpus[s]
-			if !ok {
-				var err error
-				if c, err = ParseCPUList(s); err != nil {
-					return err
-				}
-				cpus[s] = c
-			}
-			d.LocalCPUs = c
-			return nil
-		})
-	}
+	errs = append(errs, readOptional(r, d, name, d.Optional, cpus)...)
 	return d, errs
 }
 

@@ -100,8 +100,8 @@ func (d *dirFS) openat2(op, name string, flags uint64) (int, error) {
 	// under a lease.
 	for range 8 {
 		fd, err = unix.Openat2(d.fd(), name, &unix.OpenHow{Flags: flags, Resolve: resolveFlags})
-		d.made("openat2")
 		if err != unix.EINTR && err != unix.EAGAIN {
+			d.made("openat2") // a retry is the kernel's or a signal's, not the Reader's
 			break
 		}
 	}
@@ -165,11 +165,11 @@ type fdFile struct {
 
 func (f *fdFile) Read(b []byte) (int, error) {
 	for {
-		f.d.made("read")
 		n, err := unix.Read(f.fd, b)
 		if err == unix.EINTR {
 			continue
 		}
+		f.d.made("read")
 		if err != nil {
 			return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
 		}
@@ -247,11 +247,11 @@ func (d *dirFS) readDir(op, name string, links bool) ([]fs.DirEntry, map[string]
 	var ents []fs.DirEntry
 	buf := make([]byte, direntBufSize)
 	for {
-		d.made("getdents64")
 		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
-			continue
+			continue // interrupted (a signal: the runtime's preemption under load), not counted
 		}
+		d.made("getdents64")
 		if err != nil {
 			return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
 		}

@@ -39,7 +39,7 @@ func ExampleOpen() {
 		fmt.Println("infiniband/" + e.Name())
 	}
 	// Output:
-	// devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:09.0/0000:4f:00.0
+	// devices/pci0000:44/0000:44:00.0/0000:45:00.0/0000:46:01.0/0000:4f:00.0
 	// vendor 0x1d0f
 	// device 0xefa1
 	// numa_node 0

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"text/tabwriter"
 
@@ -19,29 +20,104 @@ import (
 
 // efaView is one EFA in list's JSON and YAML output.
 type efaView struct {
-	Name       string     `json:"name"`
-	PCIAddress string     `json:"pciAddress"`
-	Generation string     `json:"generation"`
-	PCIDevice  string     `json:"pciDevice"`
-	Uverbs     *string    `json:"uverbs"`
-	DevicePath *string    `json:"devicePath"`
-	DevNumber  *string    `json:"devNumber"`
-	NUMANode   *int       `json:"numaNode"`
-	LocalCPUs  string     `json:"localCPUs,omitempty"`
-	PCIeRoot   string     `json:"pcieRoot"`
-	Bridges    []string   `json:"bridges"`
-	NodeGUID   string     `json:"nodeGUID,omitempty"`
-	Netdev     string     `json:"netdev,omitempty"`
-	P2P        string     `json:"p2p,omitempty"`
-	Ports      []portView `json:"ports"`
-	Driver     string     `json:"driver,omitempty"`
-	Subsystem  string     `json:"pciSubsystem"`
-	Vendor     string     `json:"pciVendor"`
+	Name       string   `json:"name"`
+	PCIAddress string   `json:"pciAddress"`
+	Generation string   `json:"generation"`
+	PCIDevice  string   `json:"pciDevice"`
+	Uverbs     *string  `json:"uverbs"`
+	DevicePath *string  `json:"devicePath"`
+	DevNumber  *string  `json:"devNumber"`
+	NUMANode   *int     `json:"numaNode"`
+	LocalCPUs  string   `json:"localCPUs,omitempty"`
+	PCIeRoot   string   `json:"pcieRoot"`
+	Bridges    []string `json:"bridges"`
+	NodeGUID   string   `json:"nodeGUID,omitempty"`
+	Netdev     string   `json:"netdev,omitempty"`
+	P2P        string   `json:"p2p,omitempty"`
+	// GDR is the legacy gdr file of efa drivers before 2.6.0.
+	GDR        *bool     `json:"gdr,omitempty"`
+	PCIeLink   *linkView `json:"pcieLink,omitempty"`
+	IOMMUGroup *int      `json:"iommuGroup"`
+	// DriverVersion is module/efa/version, the same for every EFA of a
+	// machine; absent for the in-tree driver or a version unknown.
+	DriverVersion string     `json:"driverVersion,omitempty"`
+	Ports         []portView `json:"ports"`
+	Driver        string     `json:"driver,omitempty"`
+	Subsystem     string     `json:"pciSubsystem"`
+	Vendor        string     `json:"pciVendor"`
 	// Accelerators are the PCI addresses of the closest GPUs or Neuron
 	// devices (topology.Closest).
 	Accelerators []string       `json:"accelerators"`
 	DeviceGroups *neuron.Groups `json:"deviceGroups"`
 	sortAddress  pcie.Address   `json:"-"`
+}
+
+// linkView is a function's PCIe link: current and maximum, each half null
+// where unknown; absent for a function without link files.
+type linkView struct {
+	Current linkEnd `json:"current"`
+	Max     linkEnd `json:"max"`
+	// Degraded says the link runs slower or narrower than its maximum.
+	Degraded bool `json:"degraded"`
+}
+
+type linkEnd struct {
+	SpeedGTs *float64 `json:"speedGTs"`
+	Width    *int     `json:"width"` // 0: the link is down
+}
+
+func newLinkEnd(l *pcie.Link) linkEnd {
+	var e linkEnd
+	if l == nil {
+		return e
+	}
+	if l.Speed > 0 {
+		s := l.Speed
+		e.SpeedGTs = &s
+	}
+	if l.Width != pcie.UnknownWidth {
+		w := l.Width
+		e.Width = &w
+	}
+	return e
+}
+
+// newLinkView is d's link, nil without link files.
+func newLinkView(d *pcie.Device) *linkView {
+	if d.CurrentLink == nil && d.MaxLink == nil {
+		return nil
+	}
+	v := &linkView{Current: newLinkEnd(d.CurrentLink), Max: newLinkEnd(d.MaxLink)}
+	v.Degraded = d.CurrentLink != nil && d.MaxLink != nil && d.CurrentLink.Below(*d.MaxLink)
+	return v
+}
+
+// iommuGroup is d's IOMMU group, nil without one.
+func iommuGroup(d *pcie.Device) *int {
+	if d.IOMMUGroup == pcie.NoIOMMUGroup {
+		return nil
+	}
+	g := d.IOMMUGroup
+	return &g
+}
+
+// readDetails reads what topology.Scan leaves out and list and topo -o
+// json show: the PCIe link and IOMMU group of each device, an EFA's gdr
+// file, and the efa driver's version, which it returns ("" for the in-tree
+// driver or a version unknown). Errors name the device and the file.
+func readDetails(fsys fs.ReadLinkFS, t *topology.Topology) (string, error) {
+	r := sysfs.NewReader(fsys)
+	var errs []error
+	for _, d := range t.Devices {
+		if d.PCI != nil {
+			errs = append(errs, pcie.ReadOptional(r, d.PCI, pcie.OptLink|pcie.OptIOMMU))
+		}
+		if d.EFA != nil {
+			errs = append(errs, efa.ReadOptional(r, d.EFA, efa.OptGDR))
+		}
+	}
+	v, err := efa.ReadDriverVersion(r)
+	return v, errors.Join(append(errs, err)...)
 }
 
 type portView struct {
@@ -66,6 +142,9 @@ func newEFAView(d *efa.Device, names *pcie.Names) efaView {
 		NodeGUID:     d.NodeGUID,
 		Netdev:       d.Netdev,
 		P2P:          d.P2P,
+		GDR:          d.GDR,
+		PCIeLink:     newLinkView(d.PCI),
+		IOMMUGroup:   iommuGroup(d.PCI),
 		Driver:       d.PCI.Driver,
 		Ports:        []portView{},
 		Accelerators: []string{},
@@ -116,6 +195,8 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit list", r)
 	topo, scanErr := topology.Scan(r)
+	version, detailErr := readDetails(r, topo)
+	scanErr = errors.Join(scanErr, detailErr)
 	// The table prints no names. JSON and YAML do: the built-in ones, or
 	// the machine's pci.ids where a function's name is not built in.
 	var names *pcie.Names
@@ -131,6 +212,7 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		v.DeviceGroups = d.Groups
+		v.DriverVersion = version
 		views = append(views, v)
 	}
 	if err := printEFAs(stdout, *out, views); err != nil {
@@ -185,7 +267,7 @@ func printEFAs(w io.Writer, format string, views []efaView) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPCI\tGEN\tUVERBS\tNUMA\tPCIE ROOT\tRATE\tSTATE\tNETDEV")
+	fmt.Fprintln(tw, "NAME\tPCI\tGEN\tUVERBS\tNUMA\tPCIE ROOT\tLINK\tRATE\tSTATE\tNETDEV")
 	for _, v := range views {
 		uv, numa, rate, state := "-", "-", "-", "-"
 		if v.Uverbs != nil {
@@ -206,10 +288,41 @@ func printEFAs(w io.Writer, format string, views []efaView) error {
 		if nd == "" {
 			nd = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.PCIAddress, v.Generation, uv, numa, v.PCIeRoot, rate, state, nd)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.PCIAddress, v.Generation, uv, numa, v.PCIeRoot, linkCell(v.PCIeLink), rate, state, nd)
 	}
 	if len(views) == 0 {
 		fmt.Fprintln(tw, "(no EFA devices)")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil || len(views) == 0 {
+		return err
+	}
+	version := "in-tree or unknown (no module/efa/version)"
+	if views[0].DriverVersion != "" {
+		version = views[0].DriverVersion
+	}
+	_, err := fmt.Fprintf(w, "\nefa driver: %s\n", version)
+	return err
+}
+
+// linkCell is the table's LINK: "x16 16GT/s", with the maximum after it
+// when the link runs below it; "-" without link files.
+func linkCell(v *linkView) string {
+	if v == nil {
+		return "-"
+	}
+	end := func(e linkEnd) string {
+		var l pcie.Link
+		l.Width = pcie.UnknownWidth
+		if e.Width != nil {
+			l.Width = *e.Width
+		}
+		if e.SpeedGTs != nil {
+			l.Speed = *e.SpeedGTs
+		}
+		return l.String()
+	}
+	if v.Degraded {
+		return end(v.Current) + " (max " + end(v.Max) + ")"
+	}
+	return end(v.Current)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -23,6 +24,9 @@ type topoView struct {
 	NUMANodes []numaView        `json:"numaNodes"`
 	Legend    map[string]string `json:"legend"`
 	Notes     []string          `json:"notes"`
+	// EFADriverVersion is module/efa/version; absent for the in-tree
+	// driver or a version unknown.
+	EFADriverVersion string `json:"efaDriverVersion,omitempty"`
 }
 
 type topoDeviceView struct {
@@ -36,6 +40,10 @@ type topoDeviceView struct {
 	Standard     *topology.Standard `json:"standardAttributes"`
 	Closest      []string           `json:"closest"`
 	DeviceGroups *neuron.Groups     `json:"deviceGroups"`
+	// PCIeLink, IOMMUGroup and an EFA's GDR are read for the JSON only.
+	PCIeLink   *linkView `json:"pcieLink,omitempty"`
+	IOMMUGroup *int      `json:"iommuGroup,omitempty"`
+	GDR        *bool     `json:"gdr,omitempty"`
 }
 
 type numaView struct {
@@ -96,6 +104,10 @@ func newTopoView(t *topology.Topology, names *pcie.Names) topoView {
 			if d.PCI.LocalCPUs != nil {
 				dv.LocalCPUs = d.PCI.LocalCPUs.String()
 			}
+			dv.PCIeLink, dv.IOMMUGroup = newLinkView(d.PCI), iommuGroup(d.PCI)
+		}
+		if d.EFA != nil {
+			dv.GDR = d.EFA.GDR
 		}
 		if d.NeuronIndex >= 0 {
 			i := d.NeuronIndex
@@ -136,12 +148,18 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit topo", r)
 	t, scanErr := topology.Scan(r)
-	// Only the JSON prints names (the matrix has none).
+	// Only the JSON prints names (the matrix has none), links, IOMMU
+	// groups and the driver's version.
 	var names *pcie.Names
+	version := ""
 	if *out == "json" {
 		names = pcie.LoadNames()
+		var err error
+		version, err = readDetails(r, t)
+		scanErr = errors.Join(scanErr, err)
 	}
 	v := newTopoView(t, names)
+	v.EFADriverVersion = version
 	if *out == "json" {
 		b, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {

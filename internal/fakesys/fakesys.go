@@ -90,8 +90,11 @@ func (b *Builder) FS() *sysfs.MemFS {
 func Rel(dir, target string) string {
 	d := strings.Split(dir, "/")
 	t := strings.Split(target, "/")
+	// The common ancestor is at most the target's parent, as the kernel's
+	// kernfs_get_target_path has it: a link to an ancestor climbs above it
+	// and names it (../../../0000:00:06.0, never ../..).
 	i := 0
-	for i < len(d) && i < len(t) && d[i] == t[i] {
+	for i < len(d) && i < len(t)-1 && d[i] == t[i] {
 		i++
 	}
 	var parts []string

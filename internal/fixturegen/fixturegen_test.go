@@ -167,6 +167,19 @@ func TestTrees(t *testing.T) {
 					t.Errorf("%s: ibdev %s is on %s, the uverbs device on %s", uv, ib, got, a)
 				}
 			}
+			// A link to an ancestor is written as the kernel writes it:
+			// climbing above the target and naming it.
+			for _, e := range tr.entries {
+				if e.Kind != sysfs.KindLink || path.Base(e.Path) != "device" {
+					continue
+				}
+				dir := path.Dir(e.Path) // .../<addr>/infiniband/<name> or .../infiniband_verbs/uverbsN
+				if a := path.Base(path.Dir(path.Dir(dir))); strings.Contains(dir, "/infiniband") {
+					if want := "../../../" + a; e.Target != want {
+						t.Errorf("%s -> %s, want %s", e.Path, e.Target, want)
+					}
+				}
+			}
 			if !slices.IsSorted(addrs) {
 				t.Errorf("uverbs numbers not in bus order: %v", addrs)
 			}
@@ -183,7 +196,7 @@ func TestTrees(t *testing.T) {
 			}
 			for _, ib := range tr.list(t, "class/infiniband") {
 				d := "class/infiniband/" + ib
-				if g := tr.read(t, d+"/node_guid"); f.name != "p4d.24xlarge" {
+				if g := tr.read(t, d+"/node_guid"); !strings.HasPrefix(f.name, "p4d") {
 					unique("node_guid", g, ib)
 				} else if g != "0000:0000:0000:0000" {
 					t.Errorf("%s: node_guid %s, want zeros on p4d", ib, g)
@@ -293,6 +306,36 @@ var wants = map[string]want{
 		},
 		numa: map[string]int{a(0x53, 0): 0, a(0x64, 0): 0, a(0x75, 0): 0, a(0x86, 0): 0, a(0x97, 0): 1, a(0xa8, 0): 1, a(0xb9, 0): 1, a(0xca, 0): 1},
 	},
+	"p4de.24xlarge": {
+		ib:   []string{"rdmap16s27", "rdmap32s27", "rdmap144s27", "rdmap160s27"},
+		gpus: []string{a(0x10, 0x1c), a(0x10, 0x1d), a(0x20, 0x1c), a(0x20, 0x1d), a(0x90, 0x1c), a(0x90, 0x1d), a(0xa0, 0x1c), a(0xa0, 0x1d)},
+		sameRoot: [][]string{
+			{a(0x10, 0x1b), a(0x10, 0x1c), a(0x10, 0x1d)},
+			{a(0x90, 0x1b), a(0x90, 0x1c), a(0x90, 0x1d)},
+		},
+		numa: map[string]int{a(0x10, 0x1b): 0, a(0x20, 0x1b): 0, a(0x90, 0x1b): 1, a(0xa0, 0x1b): 1},
+	},
+	"p5e.48xlarge": {
+		ib: slices.Concat(rdmaps(span(79, 4)...), rdmaps(span(96, 4)...), rdmaps(span(113, 4)...), rdmaps(span(130, 4)...),
+			rdmaps(span(147, 4)...), rdmaps(span(164, 4)...), rdmaps(span(181, 4)...), rdmaps(span(198, 4)...)),
+		gpus:     buses(0x53, 0x64, 0x75, 0x86, 0x97, 0xa8, 0xb9, 0xca),
+		sameRoot: [][]string{buses(0x4f, 0x50, 0x51, 0x52, 0x53), buses(0xc6, 0xc7, 0xc8, 0xc9, 0xca)},
+		numa:     map[string]int{a(0x53, 0): 0, a(0x86, 0): 0, a(0x97, 0): 1, a(0xca, 0): 1},
+	},
+	"p6-b300.48xlarge": {
+		ib: slices.Concat(rdmaps(0x56, 0x57, 0x65, 0x66, 0x74, 0x75, 0x83, 0x84, 0x92, 0x93, 0xa1, 0xa2, 0xb0, 0xb1, 0xbf, 0xc0),
+			[]string{"ibp198s0f0", "ibp199s0f0"}),
+		gpus:     buses(0x58, 0x67, 0x76, 0x85, 0x94, 0xa3, 0xb2, 0xc1),
+		mlx5:     buses(0xc6, 0xc7),
+		sameRoot: [][]string{buses(0x56, 0x57, 0x58), buses(0xbf, 0xc0, 0xc1)},
+		numa:     map[string]int{a(0x47, 0): 0, a(0x56, 0): 0, a(0xc0, 0): 1},
+	},
+	"p6e-gb200.36xlarge": {
+		ib:       rdmaps(0x27, 0x28, 0x36, 0x37, 0x3d, 0x3e, 0x4c, 0x4d, 0x9a, 0x9b, 0xa9, 0xaa, 0xb0, 0xb1, 0xbf, 0xc0),
+		gpus:     buses(0x29, 0x3f, 0x9c, 0xb2),
+		sameRoot: [][]string{buses(0x27, 0x28, 0x29), buses(0xb0, 0xb1, 0xb2)},
+		numa:     map[string]int{a(0x27, 0): 0, a(0x4d, 0): 0, a(0x9a, 0): 1, a(0xc0, 0): 1},
+	},
 	"p5en.48xlarge": {
 		ib:       slices.Concat(rdmaps(span(85, 4)...), rdmaps(span(110, 4)...), rdmaps(span(135, 4)...), rdmaps(span(160, 4)...)),
 		gpus:     buses(0x59, 0x5a, 0x72, 0x73, 0x8b, 0x8c, 0xa4, 0xa5),
@@ -300,10 +343,10 @@ var wants = map[string]want{
 		numa:     map[string]int{a(0x59, 0): 0, a(0x72, 0): 0, a(0x8b, 0): 1, a(0xa4, 0): 1},
 	},
 	"p6-b200.48xlarge": {
-		ib:       []string{"rdmap79s0", "rdmap80s0", "rdmap104s0", "rdmap105s0", "ibp115s0f0", "ibp116s0f0", "rdmap129s0", "rdmap130s0", "rdmap154s0", "rdmap155s0"},
-		gpus:     buses(0x51, 0x52, 0x6a, 0x6b, 0x83, 0x84, 0x9c, 0x9d),
+		ib:       []string{"rdmap79s0", "rdmap80s0", "rdmap96s0", "rdmap97s0", "rdmap113s0", "rdmap114s0", "ibp115s0f0", "ibp116s0f0", "rdmap132s0", "rdmap133s0"},
+		gpus:     buses(0x51, 0x52, 0x62, 0x63, 0x75, 0x76, 0x86, 0x87),
 		mlx5:     buses(0x73, 0x74),
-		sameRoot: [][]string{buses(0x4f, 0x50, 0x51, 0x52), buses(0x68, 0x69, 0x6a, 0x6b, 0x73, 0x74)},
+		sameRoot: [][]string{buses(0x4f, 0x50, 0x51, 0x52), buses(0x71, 0x72, 0x73, 0x74, 0x75, 0x76), buses(0x84, 0x85, 0x86, 0x87)},
 	},
 	"trn1.32xlarge": {
 		ib: []string{"rdmap16s25", "rdmap16s26", "rdmap32s25", "rdmap32s26", "rdmap144s25", "rdmap144s26", "rdmap160s25", "rdmap160s26"},

@@ -14,9 +14,13 @@ type fixture struct {
 
 var fixtures = []fixture{
 	{"p4d.24xlarge", p4d},
+	{"p4de.24xlarge", p4de},
 	{"p5.48xlarge", p5},
+	{"p5e.48xlarge", p5e},
 	{"p5en.48xlarge", p5en},
 	{"p6-b200.48xlarge", p6b200},
+	{"p6-b300.48xlarge", p6b300},
+	{"p6e-gb200.36xlarge", p6egb200},
 	{"trn1.32xlarge", trn1},
 	{"trn1n.32xlarge", trn1n},
 	{"trn2.48xlarge", trn2},
@@ -50,7 +54,27 @@ var torus4x4 = [][]int{
 // p4d: no switches; each of four root buses holds an ENA, an EFA, two GPUs
 // and two NVMe disks.
 func p4d() *machine {
-	m := newMachine("p4d.24xlarge", 1, 21, "0-95", "0-23,48-71", "24-47,72-95")
+	m := a100("p4d.24xlarge", 1, 0x20b0)
+	m.Seen("roots pci0000:10, :20, :90, :a0 with no bridges; on each XX:1b.0 EFA 1d0f:efa0, XX:1c.0 and XX:1d.0 A100 10de:20b0, XX:1e.0 and XX:1f.0 NVMe")
+	m.Seen("EFA names rdmap16s27, rdmap32s27, rdmap144s27, rdmap160s27; rate %q; node_guid all zeros", rate100)
+	m.Seen("NUMA: roots 10 and 20 on node 0, 90 and a0 on node 1; NVSwitch 10de:1af1 at 80:1a.0")
+	m.Src("GPU/NIC pairing and NUMA as aws-ofi-nccl topology/p4d-24xl-topo.xml: GPUs 10:1c and 10:1d with NIC 10:1b (likewise 20, 90, a0); NUMA 0 CPUs 0-23,48-71, NUMA 1 24-47,72-95")
+	return a100notes(m)
+}
+
+// p4de: p4d with the 80 GB A100 (10de:20b2), as aws-ofi-nccl's
+// topology/p4de-24xl-topo.xml lays it out.
+func p4de() *machine {
+	m := a100("p4de.24xlarge", 10, 0x20b2)
+	m.Src("the whole bus layout, GPU 10de:20b2, EFA 1d0f:efa0 and NUMA as aws-ofi-nccl topology/p4de-24xl-topo.xml: GPUs 10:1c and 10:1d with NIC 10:1b (likewise 20, 90, a0), roots 10 and 20 NUMA 0, 90 and a0 NUMA 1")
+	m.Inf("everything else as p4d.24xlarge: names, rate, zero node_guid, NVSwitches, ENAs, NVMe")
+	return a100notes(m)
+}
+
+// a100 lays out p4d and p4de: four flat roots, each ENA, EFA, two A100s
+// (device id gpuID) and two NVMe disks; six NVSwitches on root 80.
+func a100(product string, seed int, gpuID uint16) *machine {
+	m := newMachine(product, seed, 21, "0-95", "0-23,48-71", "24-47,72-95")
 	m.zeroGUID = true
 	m.p2p = "NVIDIA"
 	m.legacyBus(0)
@@ -59,16 +83,17 @@ func p4d() *machine {
 		m.flatRoot(r.bus, r.node,
 			at{0x01, ena(ifnames[r.bus])},
 			at{0x1b, efa(0xefa0, rate100, "")},
-			at{0x1c, gpu(0x20b0)}, at{0x1d, gpu(0x20b0)},
+			at{0x1c, gpu(gpuID)}, at{0x1d, gpu(gpuID)},
 			at{0x1e, nvme()}, at{0x1f, nvme()})
 		m.eni(addr(r.bus, 0x1b), addr(r.bus, 0x01))
 	}
 	for slot := 0x1a; slot <= 0x1f; slot++ {
 		m.flatRoot(0x80, 1, at{slot, nvswitch(0x1af1)})
 	}
-	m.Seen("roots pci0000:10, :20, :90, :a0 with no bridges; on each XX:1b.0 EFA 1d0f:efa0, XX:1c.0 and XX:1d.0 A100 10de:20b0, XX:1e.0 and XX:1f.0 NVMe")
-	m.Seen("EFA names rdmap16s27, rdmap32s27, rdmap144s27, rdmap160s27; rate %q; node_guid all zeros", rate100)
-	m.Seen("NUMA: roots 10 and 20 on node 0, 90 and a0 on node 1; NVSwitch 10de:1af1 at 80:1a.0")
+	return m
+}
+
+func a100notes(m *machine) *machine {
 	m.Inf("NVSwitches 80:1b.0-80:1f.0 (six in all), their root pci0000:80 on NUMA node 1, driver nvidia")
 	m.Inf("one ENA 1d0f:ec20 at XX:01.0 on every root (HARDWARE.md: ENA at XX:01.0), netdevs ens32 (10:01.0), enp32s1, enp144s1, enp160s1")
 	m.Inf("each root's ENA and EFA are one EFA interface: the EFA's GID is the EUI-64 link-local address of the ENA's MAC")
@@ -81,33 +106,52 @@ func p4d() *machine {
 // p5: each GPU and its four EFAs behind one Amazon switch under its own
 // host bridge, 0x11 buses apart.
 func p5() *machine {
-	m := newMachine("p5.48xlarge", 2, 32, cpus192, cpus192Node0, cpus192Node1)
+	m := h100("p5.48xlarge", 2, 0x2330)
+	m.Seen("lstopo -v of a p5.48xlarge (Hugging Face, The Smol Training Playbook, chapter \"Infrastructure\"): host bridge buses [44-54] -> 44:00.0 1d0f:0200 [45-54] -> 45:00.0 1d0f:0200 [46-54] -> 46:01.0 [4f-4f] -> EFA 4f:00.0 1d0f:efa1 rdmap79s0 (node_guid cd77:f833:0000:1001), and 46:01.4 [53-53] -> H100 10de:2330 at 53:00.0; NUMA distance 32")
+	m.Src("aws-ofi-nccl topology/p5.48xl-topo.xml (removed in June 2025, in its history): four NICs behind each switch, switch upstream ports 45, 56, 67, 78 (NUMA 0) and 89, 9a, ab, bc (NUMA 1); NICs 4f-52, 60-63, 71-74, 82-85, 93-96, a4-a7, b5-b8, c6-c9")
+	m.Seen("GPU buses 53, 64, 75, 86, 97, a8, b9, ca (HARDWARE.md p5 table); 32 x 1d0f:efa1 at rate %q", rate100)
+	m.Inf("roots 0x44+0x11*k (44, 55, ..., bb), from the switch upstream ports one bus above them")
+	return h100notes(m)
+}
+
+// p5e: p5 with the H200 (10de:2335).
+func p5e() *machine {
+	m := h100("p5e.48xlarge", 11, 0x2335)
+	m.Inf("the whole layout: p5.48xlarge's (AWS sells p5e as p5 with H200 GPUs), with H200 10de:2335 (HARDWARE.md's p5en GPU); 32 EFA 1d0f:efa1 at %q", rate100)
+	return h100notes(m)
+}
+
+// p5DownPorts is the port count of the p5 switch: ports 46:00.0-46:01.5
+// leading to buses root+3..root+0x10.
+const p5DownPorts = 14
+
+// h100 lays out p5 and p5e: eight switches, each an ENA port (first switch
+// only), four EFAs at ports 8-11, the GPU at port 12 and an NVMe at 13.
+func h100(product string, seed int, gpuID uint16) *machine {
+	m := newMachine(product, seed, 32, cpus192, cpus192Node0, cpus192Node1)
 	m.p2p = "NVIDIA"
 	m.legacyBus(0)
 	for k := range 8 {
 		root := 0x44 + 0x11*k
 		devs := []at{
-			{root + 0x0b, efa(0xefa1, rate100, "")},
-			{root + 0x0c, efa(0xefa1, rate100, "")},
-			{root + 0x0d, efa(0xefa1, rate100, "")},
-			{root + 0x0e, efa(0xefa1, rate100, "")},
-			{root + 0x0f, gpu(0x2330)},
-			{root + 0x10, nvme()},
+			{8, efa(0xefa1, rate100, "")}, {9, efa(0xefa1, rate100, "")},
+			{10, efa(0xefa1, rate100, "")}, {11, efa(0xefa1, rate100, "")},
+			{12, gpu(gpuID)}, {13, nvme()},
 		}
 		if k == 0 {
-			devs = append(devs, at{root + 3, ena("")})
+			devs = append(devs, at{0, ena("")})
 		}
-		m.pcieSwitch(root, root+0x10, k/4, sparsePorts(root, devs...))
+		m.pcieSwitch(root, root+0x10, k/4, densePorts(root, p5DownPorts, devs...))
 	}
 	m.eni(addr(0x4f, 0), addr(0x47, 0))
 	for slot := range 4 {
 		m.flatRoot(0xe0, 1, at{slot, nvswitch(0x22a3)})
 	}
-	m.Seen("GPU0 chain: pci0000:44 -> 44:00.0 (1d0f:0200, buses 45-54) -> 45:00.0 switch upstream -> downstream ports 46:xx.0; EFAs 4f:00.0-52:00.0 (rdmap79s0-rdmap82s0), H100 10de:2330 at 53:00.0")
-	m.Seen("GPU and EFA buses of all eight switches as the HARDWARE.md p5 table: GPUs 53, 64, 75, 86, 97, a8, b9, ca; EFAs 4f-52, 60-63, 71-74, 82-85, 93-96, a4-a7, b5-b8, c6-c9 (32 x 1d0f:efa1, rate %q)", rate100)
-	m.Seen("NUMA: GPUs 0-3 on node 0, 4-7 on node 1; NUMA distance 32")
-	m.Inf("root buses of GPUs 1-7 0x44+0x11*k (55, 66, 77, 88, 99, aa, bb), each root port forwarding root+1..root+0x10")
-	m.Inf("one downstream port per endpoint, numbered by the bus it leads to (46:01.0 -> bus 47, 46:09.0 -> bus 4f); no empty ports")
+	return m
+}
+
+func h100notes(m *machine) *machine {
+	m.Inf("14 downstream ports 46:00.0-46:01.5 a switch, port i leading to bus root+3+i as on p5en (46:01.0 -> 4f and 46:01.4 -> 53 are seen); ports 1-7 empty")
 	m.Inf("one local NVMe 1d0f:cd01 per switch at root+0x10 (54, 65, ..., cb)")
 	m.Inf("the only ENA at 47:00.0 (netdev enp71s0) behind the first switch, one interface with EFA rdmap79s0 (whose GID is the EUI-64 of the ENA's MAC); the other 31 EFAs are EFA-only interfaces")
 	m.Inf("four NVSwitches 10de:22a3 flat on root pci0000:e0 (e0:00.0-e0:03.0), NUMA node 1, driver nvidia")
@@ -141,47 +185,108 @@ func p5en() *machine {
 	}
 	m.Seen("first switch: pci0000:44 -> 44:00.0 [45-5c] -> 45:00.0 [46-5c] -> 22 downstream ports 46:00.0-46:02.5; buses 47-4a ENA, 4b-54 empty ports, 55-58 EFA 1d0f:efa2, 59-5a H200 10de:2335, 5b-5c NVMe")
 	m.Seen("GPU buses 59, 5a, 72, 73, 8b, 8c, a4, a5; EFAs rdmap85s0-88s0, rdmap110s0-113s0, rdmap135s0-138s0, rdmap160s0-163s0")
+	m.Seen("a public p5en capture (nvidia-smi, lscpu, numactl --hardware, ibv_devinfo, read through code search) agrees: H200 at 59, 5a, 72, 73, 8b, 8c, a4, a5; EFAs rdmap85s0 ... vendor_part_id 61346, hw_ver 0xEFA2; NUMA node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Src("EFA buses 55-58, 6e-71, 87-8a, a0-a3, each sharing a PCIe switch with a GPU: the p5en NIC table of the aws-ofi-nccl topology unit test")
 	m.Inf("roots of the other three switches pci0000:5d, :76, :8f, each the first switch's layout shifted by 0x19 buses")
 	m.Inf("EFA rate %q (HARDWARE.md marks the p5en rate [inf])", rate200)
-	m.Inf("NUMA: first two switches node 0, last two node 1; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Inf("NUMA: first two switches node 0, last two node 1")
 	m.Inf("all 16 ENA functions bound to ena with a netdev each (enp71s0-enp74s0, enp96s0-enp99s0, enp121s0-enp124s0, enp146s0-enp149s0); the n-th ENA and the n-th EFA of a switch are one EFA interface (47 with 55, 48 with 56, ...): the EFA's GID is the EUI-64 of the ENA's MAC")
 	m.Inf("NVMe disks are local instance store 1d0f:cd01; no NVSwitch PCI functions")
 	m.Inf("p2p file \"NVIDIA\" on every EFA")
 	return m.finish()
 }
 
-// p6b200: laid out like p5en, each switch 2 EFAs and 2 GPUs, plus two
-// ConnectX-7 functions behind the second switch.
+// p6b200: four switches under roots 0x11 apart, each 2 EFAs and 2 GPUs;
+// two ConnectX-7 functions behind the third.
 func p6b200() *machine {
 	m := newMachine("p6-b200.48xlarge", 4, 21, cpus192, cpus192Node0, cpus192Node1)
 	m.p2p = "NVIDIA"
 	m.legacyBus(0)
-	for k, root := range []int{0x44, 0x5d, 0x76, 0x8f} {
+	// Port indexes (bus root+3+i) of each switch's EFAs, GPUs and disks.
+	layout := []struct{ efa, gpu, nvme int }{{8, 10, 12}, {8, 10, 12}, {8, 12, -1}, {10, 12, 8}}
+	for k, l := range layout {
+		root := 0x44 + 0x11*k
 		devs := []at{
-			{8, efa(0xefa3, rate400, "")}, {9, efa(0xefa3, rate400, "")},
-			{10, gpu(0x2901)}, {11, gpu(0x2901)},
-			{12, nvme()}, {13, nvme()},
+			{l.efa, efa(0xefa3, rate400, "")}, {l.efa + 1, efa(0xefa3, rate400, "")},
+			{l.gpu, gpu(0x2901)}, {l.gpu + 1, gpu(0x2901)},
+		}
+		if l.nvme >= 0 {
+			devs = append(devs, at{l.nvme, nvme()}, at{l.nvme + 1, nvme()})
 		}
 		switch k {
 		case 0:
 			devs = append(devs, at{0, ena("")})
-		case 1:
+		case 2:
 			// buses 0x73 and 0x74: ibp115s0f0, ibp116s0f0
-			devs = append(devs, at{19, mlx5("ibp115s0f0", "400 Gb/sec (4X NDR)")}, at{20, mlx5("ibp116s0f0", "400 Gb/sec (4X NDR)")})
+			devs = append(devs, at{10, mlx5("ibp115s0f0", "400 Gb/sec (4X NDR)")}, at{11, mlx5("ibp116s0f0", "400 Gb/sec (4X NDR)")})
 		}
-		m.pcieSwitch(root, root+2+p5enPorts, k/2, densePorts(root, p5enPorts, devs...))
+		m.pcieSwitch(root, root+0x10, k/2, densePorts(root, p5DownPorts, devs...))
 	}
 	m.eni(addr(0x4f, 0), addr(0x47, 0))
-	m.Seen("8 B200 10de:2901, 8 EFA at %q named rdmap79s0, rdmap80s0, ...; two mlx5 RDMA devices ibp115s0f0 and ibp116s0f0 (so at 73:00.0 and 74:00.0) that are not EFA", rate400)
+	m.Seen("8 B200 10de:2901, 8 EFA at %q; two mlx5 RDMA devices ibp115s0f0 and ibp116s0f0 (so at 73:00.0 and 74:00.0) that are not EFA", rate400)
+	m.Src("EFA buses 4f, 50, 60, 61, 71, 72, 84, 85 (rdmap79s0, rdmap80s0, rdmap96s0, rdmap97s0, rdmap113s0, rdmap114s0, rdmap132s0, rdmap133s0), each sharing a PCIe switch with a GPU: the p6-b200 NIC table of an aws-ofi-nccl topology unit test (hwloc fixtures of p4d, p5en, p6-b200, p6-b300, p6e-gb200), read through code search")
 	m.Src("2 GPUs and 2 NICs per PCIe switch")
 	m.Inf("EFA generation 1d0f:efa3")
-	m.Inf("the whole bus layout: p5en's 22-port switches under roots pci0000:44, :5d, :76, :8f; per switch EFAs at ports 8-9 (4f-50, 68-69, 81-82, 9a-9b), GPUs at ports 10-11 (51-52, 6a-6b, 83-84, 9c-9d), NVMe 1d0f:cd01 at ports 12-13, the other ports empty")
-	m.Inf("the mlx5 functions sit behind the second switch (ports 19-20), so they share pcieRoot pci0000:5d with GPUs 2-3 and EFAs rdmap104s0/rdmap105s0")
+	m.Inf("switch structure: roots pci0000:44, :55, :66, :77 (0x11 apart, as on p5), each with 14 downstream ports leading to root+3..root+0x10; GPUs 51-52, 62-63, 75-76, 86-87; NVMe 1d0f:cd01 at 53-54, 64-65, 82-83; the other ports empty")
+	m.Inf("the mlx5 functions sit behind the third switch, beside EFAs rdmap113s0/rdmap114s0 and GPUs 4-5, since their buses fall in its range")
 	m.Inf("mlx5: 15b3:1021 (ConnectX-7, MT2910 in pci.ids), class 0x020700, driver mlx5_core, node_type \"1: CA\", hca_type MT4129, board_id MT_0000000838, fw_ver 28.39.1002, link_layer InfiniBand, rate \"400 Gb/sec (4X NDR)\", port ACTIVE with lid and sm_lid, PMA counters; no netdev, no umad devices")
-	m.Inf("uverbs numbers follow the bus order across efa and mlx5 together (uverbs4 and uverbs5 are the mlx5 devices)")
+	m.Inf("uverbs numbers follow the bus order across efa and mlx5 together (uverbs6 and uverbs7 are the mlx5 devices)")
 	m.Inf("one ENA at 47:00.0 (enp71s0), one interface with EFA rdmap79s0 (GID = EUI-64 of its MAC); no NVSwitch PCI functions (B200 NVSwitches are managed through the mlx5 devices)")
 	m.Inf("NUMA: first two switches node 0, last two node 1; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
 	m.Inf("p2p file \"NVIDIA\" on every EFA")
+	return m.finish()
+}
+
+// p6b300: eight switches 0xf buses apart, each 2 EFAs and a GPU; the ENA
+// and the two ConnectX-7 functions behind switches of their own.
+func p6b300() *machine {
+	m := newMachine("p6-b300.48xlarge", 12, 21, cpus192, cpus192Node0, cpus192Node1)
+	m.p2p = "NVIDIA"
+	m.legacyBus(0)
+	m.pcieSwitch(0x44, 0x47, 0, densePorts(0x44, 1, at{0, ena("")}))
+	for k := range 8 {
+		root := 0x4a + 0xf*k
+		m.pcieSwitch(root, root+0xe, k/4, densePorts(root, 12,
+			at{9, efa(0xefa3, rate400, "")}, at{10, efa(0xefa3, rate400, "")}, at{11, gpu(0x2901)}))
+	}
+	m.pcieSwitch(0xc3, 0xc7, 1, densePorts(0xc3, 2,
+		at{0, mlx5("ibp198s0f0", "400 Gb/sec (4X NDR)")}, at{1, mlx5("ibp199s0f0", "400 Gb/sec (4X NDR)")}))
+	m.eni(addr(0x56, 0), addr(0x47, 0))
+	m.Seen("16 EFAs named rdmap86s0 to rdmap192s0 and two ConnectX-7 RDMA devices ibp198s0f0 and ibp199s0f0 (mlx5, NVLink management, not EFA); ENA netdev enp71s0: public p6-b300 setup notes read through code search")
+	m.Src("EFA buses 56, 57, 65, 66, 74, 75, 83, 84, 92, 93, a1, a2, b0, b1, bf, c0, each sharing a PCIe switch with a GPU: the p6-b300 NIC table of the aws-ofi-nccl topology unit test")
+	m.Inf("8 B300 GPUs, one a switch with its two EFAs (2 EFAs a GPU), carrying B200's 10de:2901 since no public B300 device ID was found; EFA generation 1d0f:efa3 at %q", rate400)
+	m.Inf("switch structure: roots pci0000:4a + 0xf*k, each with 12 downstream ports leading to root+3..root+0xe, EFAs at ports 9-10 and the GPU at port 11, the other ports empty; the ENA behind root pci0000:44 (47:00.0), the mlx5 functions behind root pci0000:c3 (c6:00.0, c7:00.0)")
+	m.Inf("mlx5 as on p6-b200 (15b3:1021, InfiniBand, 400 Gb/s)")
+	m.Inf("NUMA: first four GPU switches and the ENA node 0, the rest node 1; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Inf("no local NVMe disks modelled; no NVSwitch PCI functions; p2p file \"NVIDIA\" on every EFA")
+	return m.finish()
+}
+
+// p6egb200: a Grace-Blackwell (arm64) node: two Grace CPUs, four GPUs. Each
+// GPU shares a switch with two EFAs; two more EFAs per GPU sit on a root of
+// their own, reached through the CPU.
+func p6egb200() *machine {
+	m := newMachine("p6e-gb200.36xlarge", 13, 40, "0-143", "0-71", "72-143")
+	m.p2p = "NVIDIA"
+	// Bus 0 of a Nitro arm64 instance: no emulated Intel host bridge.
+	m.fn(roleNone, "0000:00:00.0", "", 0, amazon, 0x0200, classHostBridge, 0, "")
+	m.fn(roleNVMe, "0000:00:04.0", "", 0, amazon, 0x8061, classNVMe, 0, "nvme")
+	m.flatRoot(0x00, 0, at{0x05, ena("")})
+	for k, b := range []int{0x27, 0x3d, 0x9a, 0xb0} {
+		node := k / 2
+		m.pcieSwitch(b-3, b+2, node, sparsePorts(b-3,
+			at{b, efa(0xefa3, rate400, "")}, at{b + 1, efa(0xefa3, rate400, "")}, at{b + 2, gpu(0x2901)}))
+		c := b + 0xf
+		m.pcieSwitch(c-3, c+1, node, sparsePorts(c-3,
+			at{c, efa(0xefa3, rate400, "")}, at{c + 1, efa(0xefa3, rate400, "")}))
+	}
+	m.eni(addr(0x27, 0), addr(0x00, 0x05))
+	m.Src("16 EFAs: GPU-local rdmap39s0, rdmap40s0, rdmap61s0, rdmap62s0, rdmap154s0, rdmap155s0, rdmap176s0, rdmap177s0 (buses 27, 28, 3d, 3e, 9a, 9b, b0, b1) sharing PCIe bridges with a GPU, and CPU-mediated rdmap54s0, rdmap55s0, rdmap76s0, rdmap77s0, rdmap169s0, rdmap170s0, rdmap191s0, rdmap192s0 (36, 37, 4c, 4d, a9, aa, bf, c0) sharing none: the p6e-gb200 NIC table of the aws-ofi-nccl topology unit test")
+	m.Inf("4 Blackwell GPUs, carrying B200's 10de:2901 since no public GB200 device ID was found, at buses 29, 3f, 9c, b2, each behind the switch of its two GPU-local EFAs; the two CPU-mediated EFAs 0xf buses above them behind a root of their own")
+	m.Inf("switch structure: root pci0000:<first EFA bus - 3>, one downstream port per endpoint numbered by its bus; all in PCI domain 0000 (as the unit test's NIC table gives it)")
+	m.Inf("two Grace sockets of 72 cores, one NUMA node each: node 0 0-71, node 1 72-143, distance 40; GPUs and EFAs below bus 0x80 on node 0, the rest node 1; no GPU-memory NUMA nodes modelled")
+	m.Inf("bus 0: Amazon host bridge 1d0f:0200, EBS NVMe 1d0f:8061 at 00:04.0, the only ENA at 00:05.0 (enp0s5), one interface with EFA rdmap39s0")
+	m.Inf("EFA generation 1d0f:efa3 at %q; p2p file \"NVIDIA\" on every EFA", rate400)
 	return m.finish()
 }
 

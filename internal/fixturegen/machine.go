@@ -124,10 +124,12 @@ func (m *machine) fn(r role, addr, parent string, node int, vendor, device uint1
 	if r != roleNone {
 		m.count(r, vendor, device)
 	}
-	return m.AddPCI(fakesys.PCI{
+	dir := m.AddPCI(fakesys.PCI{
 		Addr: addr, Parent: parent, Vendor: vendor, Device: device, Class: class,
 		Revision: rev, Driver: driver, NUMA: node, CPUs: m.cpus(node),
 	})
+	m.deviceFiles(dir, r, device)
+	return dir
 }
 
 // bridge adds an Amazon PCIe bridge port (1d0f:0200) forwarding buses
@@ -310,6 +312,8 @@ func densePorts(root, n int, devs ...at) []port {
 // finish adds the RDMA side of every EFA and mlx5 function in PCI address
 // order, so that uverbs numbers follow the bus order.
 func (m *machine) finish() *machine {
+	m.efaModule()
+	m.noteDeviceFiles()
 	for e, n := range m.eniOf {
 		if m.PCIDir(e) == "" || m.enaMAC[n] == "" {
 			panic("fixturegen: interface pairs EFA " + e + " with ENA " + n + ", one of which is missing")

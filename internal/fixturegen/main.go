@@ -113,7 +113,7 @@ notes say which parts it would correct.
 		h := b.m.held
 		fmt.Fprintf(&w, "| %s | %d | %d | %d | %d | %s |\n", b.name, h[roleGPU].n, h[roleEFA].n, h[roleNeuron].n, h[roleMLX5].n, orDash(strings.Join(h[roleEFA].ids, ", ")))
 	}
-	fmt.Fprintf(&w, "\nIn every fixture: [inf] %s.\n", commonInf)
+	fmt.Fprintf(&w, "\nIn every fixture: [inf] %s.\n\n%s", commonInf, evidence)
 	for _, b := range all {
 		fmt.Fprintf(&w, "\n## %s.sysfs\n\nHolds: %s.\n\n", b.name, b.m.holds())
 		for _, n := range b.m.notes {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,21 +57,49 @@ func binDir() (string, error) {
 // buildKube builds Kubernetes commands of test/e2e/k8s/go.mod, stamped
 // with the module's version (else they report v0.0.0-master).
 func buildKube(dir string, cmds ...string) error {
-	version, err := kubeVersion()
+	return buildKubeOf("k8s", dir, cmds...)
+}
+
+// buildKubeOf builds Kubernetes commands of the module in directory module
+// (k8s, or k8s134 for the version matrix) into dir.
+func buildKubeOf(module, dir string, cmds ...string) error {
+	version, err := moduleKubeVersion(module)
 	if err != nil {
-		return fmt.Errorf("version of k8s.io/kubernetes in test/e2e/k8s: %w", err)
+		return fmt.Errorf("version of k8s.io/kubernetes in test/e2e/%s: %w", module, err)
 	}
 	args := []string{"build", "-ldflags", "-X k8s.io/component-base/version.gitVersion=" + version, "-o", dir + "/"}
 	for _, c := range cmds {
 		args = append(args, "k8s.io/kubernetes/cmd/"+c)
 	}
 	b := exec.Command("go", args...)
-	b.Dir = "k8s"
+	b.Dir = module
 	out, err := b.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("go build %v: %v\n%s", cmds, err, out)
+		return fmt.Errorf("go build %v (test/e2e/%s): %v\n%s", cmds, module, err, out)
 	}
 	return nil
+}
+
+// moduleKubeVersion is the version of k8s.io/kubernetes the module in
+// directory module pins.
+func moduleKubeVersion(module string) (string, error) {
+	out, err := exec.Command("go", "-C", module, "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes").Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// kubeBinDir is where a module's Kubernetes binaries are kept: binDir for
+// k8s, which every other test uses, and a directory named by the version
+// beside them for another module (bin/v1.34.4).
+func kubeBinDir(module string) (string, error) {
+	bins, err := binDir()
+	if err != nil || module == "k8s" {
+		return bins, err
+	}
+	version, err := moduleKubeVersion(module)
+	if err != nil {
+		return "", fmt.Errorf("version of k8s.io/kubernetes in test/e2e/%s: %w", module, err)
+	}
+	return filepath.Join(bins, version), nil
 }
 
 func freePort() (int, error) {
@@ -83,19 +112,25 @@ func freePort() (int, error) {
 }
 
 // startControlPlane starts etcd (from the machine: Debian's etcd-server)
-// and a kube-apiserver with a static admin token and RBAC.
-// startControlPlane starts etcd and kube-apiserver on loopback, the
-// server with extra arguments (feature gates) where given.
+// and a kube-apiserver of test/e2e/k8s on loopback, with a static admin
+// token and RBAC, the server with extra arguments (feature gates) where
+// given.
 func startControlPlane(apiArgs ...string) (*controlPlane, error) {
+	return startControlPlaneOf("k8s", apiArgs...)
+}
+
+// startControlPlaneOf is startControlPlane with the kube-apiserver of the
+// module in directory module (k8s134: Kubernetes 1.34).
+func startControlPlaneOf(module string, apiArgs ...string) (*controlPlane, error) {
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, fmt.Errorf("etcd is not installed (apt-get install etcd-server): %w", err)
 	}
-	bins, err := binDir()
+	bins, err := kubeBinDir(module)
 	if err != nil {
 		return nil, err
 	}
-	if err := buildKube(bins, "kube-apiserver"); err != nil {
+	if err := buildKubeOf(module, bins, "kube-apiserver"); err != nil {
 		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "efakit-e2e-")
@@ -252,6 +287,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if cp != nil {
 		cp.stop()
+	}
+	if cp134 != nil {
+		cp134.stop()
 	}
 	os.Exit(code)
 }

@@ -62,13 +62,6 @@ var (
 	nodeBinErr  error
 )
 
-// kubeVersion is the version of k8s.io/kubernetes in test/e2e/k8s/go.mod,
-// stamped into the binaries (the node reports it).
-func kubeVersion() (string, error) {
-	out, err := exec.Command("go", "-C", "k8s", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes").Output()
-	return strings.TrimSpace(string(out)), err
-}
-
 // realNodeBinaries builds (or finds in the build cache) the node's
 // programs, once per test binary. Debian's runc and busybox-static come
 // from make e2e-deps.

@@ -136,14 +136,20 @@ func (g *gen) copyP5(c int) {
 		if s == 0 {
 			devs = append(devs, dev{root + 3, func(a, p string) { g.ena(a, p, node) }})
 		}
-		slices.SortFunc(devs, func(x, y dev) int { return x.bus - y.bus })
 		rp, up := addr(c, root, 0), addr(c, root+1, 0)
 		g.bridge(rp, "", node, root+1, root+0x10)
 		g.bridge(up, rp, node, root+2, root+0x10)
-		for _, d := range devs {
-			dp := fmt.Sprintf("%04x:%02x:%02x.0", c, root+2, d.bus-(root+2))
-			g.bridge(dp, up, node, d.bus, d.bus)
-			d.add(addr(c, d.bus, 0), dp)
+		// 14 downstream ports, port i (slot i/8, function i%8) leading to
+		// bus root+3+i; the ports without a device are empty.
+		for i := range 14 {
+			bus := root + 3 + i
+			dp := fmt.Sprintf("%04x:%02x:%02x.%d", c, root+2, i/8, i%8)
+			g.bridge(dp, up, node, bus, bus)
+			for _, d := range devs {
+				if d.bus == bus {
+					d.add(addr(c, bus, 0), dp)
+				}
+			}
 		}
 	}
 	g.eni[addr(c, 0x4f, 0)] = addr(c, 0x47, 0)
@@ -157,8 +163,18 @@ func (g *gen) fn(a, parent string, node int, vendor, device uint16, class uint32
 	if node >= 0 {
 		cpus = g.nodes[node]
 	}
-	return g.b.AddPCI(fakesys.PCI{Addr: a, Parent: parent, Vendor: vendor, Device: device, Class: class,
+	dir := g.b.AddPCI(fakesys.PCI{Addr: a, Parent: parent, Vendor: vendor, Device: device, Class: class,
 		Revision: rev, Driver: driver, NUMA: node, CPUs: cpus})
+	// The link files the p5 fixture gives its EFAs and GPUs (fixturegen's
+	// pcieLink): an efa1 at PCIe 3.0 x16, an H100 at PCIe 5.0 x16.
+	speed := map[uint16]string{0xefa1: "8.0 GT/s PCIe", 0x2330: "32.0 GT/s PCIe"}[device]
+	if speed != "" {
+		for _, p := range []string{"current", "max"} {
+			g.b.Attr(dir+"/"+p+"_link_speed", speed)
+			g.b.Attr(dir+"/"+p+"_link_width", "16")
+		}
+	}
+	return dir
 }
 
 func (g *gen) bridge(a, parent string, node, secondary, subordinate int) {
@@ -180,6 +196,7 @@ func (g *gen) ena(a, parent string, node int) {
 // finish adds the RDMA side of every EFA in address order (the kernel's
 // uverbs order), with the GUIDs and GIDs the p5 fixture gives them.
 func (g *gen) finish() {
+	g.b.Attr("module/efa/version", "2.13.0g") // the out-of-tree driver, as on the p5 fixture
 	slices.Sort(g.rdma)
 	for i, a := range g.rdma {
 		mac := fmt.Sprintf("0e:%02x:ef:a0:%02x:%02x", seed, byte((i+1)>>8), byte(i+1))

@@ -1,0 +1,226 @@
+package pcie
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/efakit/efakit/sysfs"
+)
+
+// Link is a PCIe link as a function's sysfs files give it: current_link_*
+// for the link as trained now, max_link_* for what the function can do.
+// The kernel makes these files only for PCI Express functions
+// (pcie_dev_attrs in drivers/pci/pci-sysfs.c).
+type Link struct {
+	// Speed is the transfer rate of one lane in GT/s, 16 for "16.0 GT/s
+	// PCIe"; 0 where the kernel says "Unknown" (or "Unknown speed"), or
+	// the file is absent or damaged.
+	Speed float64
+	// Width is the number of lanes, 16 for x16, and 0 for a current link
+	// that is down; UnknownWidth where the kernel does not know it (255,
+	// PCIE_LNK_WIDTH_UNKNOWN), or the file is absent or damaged.
+	Width int
+}
+
+// UnknownWidth is a Link's Width when the lane count is unknown.
+const UnknownWidth = -1
+
+// String prints the link as lspci does, "x16 16GT/s"; an unknown half is
+// "x?" or "?GT/s", a link that is down "x0".
+func (l Link) String() string {
+	w, s := "x?", "?GT/s"
+	if l.Width >= 0 {
+		w = "x" + strconv.Itoa(l.Width)
+	}
+	if l.Speed > 0 {
+		s = strconv.FormatFloat(l.Speed, 'f', -1, 64) + "GT/s"
+	}
+	return w + " " + s
+}
+
+// Below reports whether the link runs slower or narrower than max, judged
+// on the halves both know.
+func (l Link) Below(max Link) bool {
+	return l.Speed > 0 && max.Speed > 0 && l.Speed < max.Speed ||
+		l.Width >= 0 && max.Width > 0 && l.Width < max.Width
+}
+
+// NoIOMMUGroup is the IOMMU group of a function without one: no IOMMU (or
+// one the kernel does not use), or an iommu_group link that was not read
+// or is damaged.
+const NoIOMMUGroup = -1
+
+// maxLinkSpeed bounds a link speed in GT/s: PCIe 7.0 runs at 128.
+const maxLinkSpeed = 1024
+
+// ParseLinkSpeed parses current_link_speed or max_link_speed: "16.0 GT/s
+// PCIe" since Linux 5.2 (pci_speed_string in drivers/pci/probe.c), "8 GT/s"
+// before (PCIE_SPEED2STR in drivers/pci/pci.h), into GT/s. "Unknown" and
+// "Unknown speed", what either prints for a speed it cannot name, give 0.
+func ParseLinkSpeed(s string) (float64, error) {
+	if s == "Unknown" || s == "Unknown speed" {
+		return 0, nil
+	}
+	num, ok := strings.CutSuffix(strings.TrimSuffix(s, " PCIe"), " GT/s")
+	if !ok || !isDecimal(num) {
+		return 0, fmt.Errorf("%q is not a link speed (\"<number> GT/s PCIe\" or \"Unknown\")", clip(s))
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 || v > maxLinkSpeed {
+		return 0, fmt.Errorf("%q is not a link speed (\"<number> GT/s PCIe\" or \"Unknown\")", clip(s))
+	}
+	return v, nil
+}
+
+// isDecimal reports whether s is digits with at most one '.' between them:
+// no sign, exponent or hex.
+func isDecimal(s string) bool {
+	i, f, _ := strings.Cut(s, ".")
+	digits := func(x string) bool { return x != "" && strings.Trim(x, "0123456789") == "" }
+	return digits(i) && (!strings.Contains(s, ".") || digits(f))
+}
+
+// linkWidthUnknown is PCIE_LNK_WIDTH_UNKNOWN (include/linux/pci.h), which
+// max_link_width prints for a function whose Link Capabilities read 0.
+const linkWidthUnknown = 255
+
+// ParseLinkWidth parses current_link_width or max_link_width: a decimal
+// lane count (the Link Status or Link Capabilities width field, 0-63), or
+// 255 for unknown, which gives UnknownWidth. A current width of 0 is a
+// link that is down.
+func ParseLinkWidth(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	switch {
+	case err != nil || strings.Trim(s, "0123456789") != "" || len(s) > 3:
+		return UnknownWidth, fmt.Errorf("%q is not a link width (0-63, or 255 for unknown)", clip(s))
+	case n == linkWidthUnknown:
+		return UnknownWidth, nil
+	case n > 63:
+		return UnknownWidth, fmt.Errorf("%q is not a link width (0-63, or 255 for unknown)", clip(s))
+	}
+	return n, nil
+}
+
+// ParseIOMMUGroup parses the target of a function's iommu_group link,
+// "../../../kernel/iommu_groups/12", into the group number.
+func ParseIOMMUGroup(target string) (int, error) {
+	dir, n := path.Split(target)
+	if path.Base(dir) != "iommu_groups" || n == "" || len(n) > 9 || strings.Trim(n, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a link to kernel/iommu_groups/<N>", clip(target))
+	}
+	v, _ := strconv.Atoi(n)
+	return v, nil
+}
+
+// ReadOptional reads, of d's optional attributes, those in want that
+// discovery left unread, and adds them to d.Optional. It is for a caller
+// that discovered with DiscoverOnly and needs more of a few functions:
+// efakit list reads the links and IOMMU groups of the devices it shows.
+// Its errors are DeviceErrors, joined.
+func ReadOptional(r *sysfs.Reader, d *Device, want Optional) error {
+	errs := readOptional(r, d, d.Address.String(), want&^d.Optional, nil)
+	d.Optional |= want
+	return errors.Join(errs...)
+}
+
+// readOptional reads the optional attributes in want into d; name is the
+// function as its errors name it. cpus shares parsed CPU lists between
+// the functions of one discovery; nil parses each.
+func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus map[string]CPUList) []error {
+	var errs []error
+	file := func(f string) string { return d.Path + "/" + f }
+	absent := func(err error) bool {
+		return errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink)
+	}
+	optional := func(f string, parse func(string) error) bool {
+		s, err := r.ReadString(file(f))
+		if absent(err) {
+			return false // old kernels, a kernel without NUMA, a function that is not PCIe
+		}
+		if err == nil {
+			err = parse(s)
+		}
+		if err != nil {
+			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: sysfs.Cause(err)})
+		}
+		return true
+	}
+	if want&OptRevision != 0 {
+		optional("revision", func(s string) error {
+			v, err := ParseHexAttr(s, 8)
+			if err == nil {
+				d.Revision = uint8(v)
+			}
+			return err
+		})
+	}
+	// A value that does not parse stays unknown (NoNUMA, no CPUs), with
+	// the error: never the parser's zero.
+	if want&OptNUMANode != 0 {
+		optional("numa_node", func(s string) error {
+			n, err := ParseNUMANode(s)
+			if err == nil {
+				d.NUMANode = n
+			}
+			return err
+		})
+	}
+	if want&OptLocalCPUs != 0 {
+		optional("local_cpulist", func(s string) error {
+			c, ok := cpus[s]
+			if !ok {
+				var err error
+				if c, err = ParseCPUList(s); err != nil {
+					return err
+				}
+				if cpus != nil {
+					cpus[s] = c
+				}
+			}
+			d.LocalCPUs = c
+			return nil
+		})
+	}
+	if want&OptLink != 0 {
+		// A function without the files (not PCI Express) keeps nil links;
+		// a damaged file leaves its half 0, with the error.
+		for _, l := range []struct {
+			prefix string
+			dst    **Link
+		}{{"current", &d.CurrentLink}, {"max", &d.MaxLink}} {
+			link := Link{Width: UnknownWidth}
+			found := optional(l.prefix+"_link_speed", func(s string) error {
+				v, err := ParseLinkSpeed(s)
+				link.Speed = v
+				return err
+			})
+			found = optional(l.prefix+"_link_width", func(s string) error {
+				v, err := ParseLinkWidth(s)
+				link.Width = v // UnknownWidth on error
+				return err
+			}) || found
+			if found {
+				*l.dst = &link
+			}
+		}
+	}
+	if want&OptIOMMU != 0 {
+		// The link's target is all there is to read: the group directory
+		// it names need not be in a capture.
+		t, err := r.ReadLink(file("iommu_group"))
+		if err == nil {
+			var g int
+			if g, err = ParseIOMMUGroup(t); err == nil {
+				d.IOMMUGroup = g
+			}
+		}
+		if err != nil && !absent(err) {
+			errs = append(errs, &DeviceError{Address: name, File: file("iommu_group"), Err: sysfs.Cause(err)})
+		}
+	}
+	return errs
+}

@@ -1,0 +1,305 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// The version matrix: what a kube-apiserver of the oldest supported
+// Kubernetes (1.34, test/e2e/k8s134) and of the current one (1.37,
+// test/e2e/k8s) does with each field the plugin publishes, and what the
+// plugin does about it. Facts from the servers' source (k8s.io/kubernetes
+// pkg/features/kube_features.go, pkg/registry/resource/resourceslice/
+// strategy.go dropDisabledFields, pkg/apis/resource/validation):
+//   - device taints: DRADeviceTaints, alpha and off in 1.34, on from 1.36;
+//     dropped where off.
+//   - shared counters and counter consumption (--groups=mixed):
+//     DRAPartitionableDevices, alpha and off in 1.34, on from 1.36;
+//     dropped where off.
+//   - list-form attributes (--numa-list): DRAListTypeAttributes, alpha
+//     and off by default in 1.36 and 1.37, dropped where off; 1.34 has no
+//     such field. Either way the attribute is left without a value, which
+//     validation refuses: the slice is not stored.
+
+var (
+	cp134Once sync.Once
+	cp134     *controlPlane
+	cp134Err  error
+)
+
+// compatEnv turns the 1.34 half of the matrix on (make e2e-compat): a
+// cold build of 1.34's kube-apiserver would take a cold make test past
+// its time limit.
+const compatEnv = "EFAKIT_E2E_COMPAT"
+
+// apiServer134 returns the shared Kubernetes 1.34 control plane, started
+// on first use; the test is skipped without EFAKIT_E2E_COMPAT=1.
+func apiServer134(t *testing.T) *controlPlane {
+	t.Helper()
+	if os.Getenv(compatEnv) != "1" {
+		t.Skipf("Kubernetes 1.34 runs in make e2e-compat (%s=1)", compatEnv)
+	}
+	cp134Once.Do(func() { cp134, cp134Err = startControlPlaneOf("k8s134") })
+	require.NoError(t, cp134Err)
+	return cp134
+}
+
+// matrixServer is a kube-apiserver of the matrix, started in its subtest,
+// and the features it keeps.
+type matrixServer struct {
+	name                    string
+	start                   func(t *testing.T) *controlPlane
+	taints, counters, lists bool
+}
+
+var matrixServers = []matrixServer{
+	{name: "1.34", start: apiServer134}, // skipped outside make e2e-compat
+	{name: "1.37", start: apiServer, taints: true, counters: true},
+	{name: "1.37+DRAListTypeAttributes", start: apiServerLists, taints: true, counters: true, lists: true},
+}
+
+// apiServerLists starts a 1.37 control plane with DRAListTypeAttributes,
+// stopped with the test.
+func apiServerLists(t *testing.T) *controlPlane {
+	t.Helper()
+	c, err := startControlPlane("--feature-gates=DRAListTypeAttributes=true")
+	require.NoError(t, err)
+	t.Cleanup(c.stop)
+	return c
+}
+
+// numaListRefusal reports whether err is the API server refusing a slice
+// for its numaNode attribute, as the plugin tells it (driver's
+// numaListRefused): invalid, with a cause on that attribute.
+func numaListRefusal(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || st.Status().Reason != metav1.StatusReasonInvalid || st.Status().Details == nil {
+		return false
+	}
+	for _, c := range st.Status().Details.Causes {
+		if strings.HasSuffix(c.Field, ".attributes["+string(driver.AttrNUMANode)+"]") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSlicesAcrossVersions publishes the slices of every fixture, in every
+// group mode, with and without --numa-list, healthy and with an unhealthy
+// (tainted) EFA, to a real kube-apiserver of 1.34, of 1.37 and of 1.37
+// with DRAListTypeAttributes, and checks each outcome: stored as is; or
+// stored with exactly the fields of a disabled feature dropped, which the
+// resourceslice controller's DroppedFieldsError names to the plugin (and
+// nothing else lost); or refused for the list-form numaNode, in the way
+// the plugin recognises.
+func TestSlicesAcrossVersions(t *testing.T) {
+	ctx := context.Background()
+	paths, err := filepath.Glob("../../testdata/sysfs/*.sysfs")
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	for _, srv := range matrixServers {
+		t.Run(srv.name, func(t *testing.T) {
+			slices := srv.start(t).client.ResourceV1().ResourceSlices()
+			for _, p := range paths {
+				fixture := strings.TrimSuffix(filepath.Base(p), ".sysfs")
+				root, err := sysfs.Open(p)
+				require.NoError(t, err)
+				topo, err := topology.Scan(root)
+				require.NoError(t, err)
+				for _, mode := range []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed} {
+					for _, numaList := range []bool{false, true} {
+						for _, unhealthy := range []bool{false, true} {
+							name := fixture + "/" + modeFlag(mode)
+							if numaList {
+								name += "/numa-list"
+							}
+							if unhealthy {
+								name += "/unhealthy"
+							}
+							cfg := driver.Config{NodeName: "n-" + strings.ReplaceAll(fixture, ".", "-"), Groups: mode, NUMAList: numaList}
+							res, err := driver.Resources(topo, nil, cfg)
+							require.NoError(t, err, name)
+							for _, s := range driver.Slices(res, cfg) {
+								if unhealthy && len(s.Spec.Devices) > 0 {
+									// As the plugin taints an EFA whose port is down.
+									s.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: cfg.TaintKey(), Value: "port-not-active", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+								}
+								got, err := slices.Create(ctx, s, metav1.CreateOptions{})
+								if numaList && !srv.lists && hasListAttribute(s) {
+									require.Error(t, err, "%s: a server without DRAListTypeAttributes must refuse the list form", name)
+									assert.True(t, numaListRefusal(err), "%s: refused, but not in the way the plugin recognises: %v", name, err)
+									continue
+								}
+								require.NoError(t, err, "%s: the API server refused the slice", name)
+								require.NoError(t, slices.Delete(ctx, got.Name, metav1.DeleteOptions{}))
+
+								var want []string
+								kept := s.DeepCopy()
+								if unhealthy && !srv.taints && len(s.Spec.Devices) > 0 {
+									want = append(want, "DRADeviceTaints")
+									kept.Spec.Devices[0].Taints = nil
+								}
+								if mode == driver.GroupsMixed && !srv.counters && hasCounters(s) {
+									want = append(want, "DRAPartitionableDevices")
+									kept.Spec.SharedCounters = nil
+									for i := range kept.Spec.Devices {
+										kept.Spec.Devices[i].ConsumesCounters = nil
+									}
+								}
+								dropped := &resourceslice.DroppedFieldsError{DesiredSlice: s, ActualSlice: got}
+								assert.Equal(t, want, dropped.DisabledFeatures(), "%s: the features the plugin learns are off", name)
+								// Nothing else lost: the server set only the taint's time.
+								for i := range got.Spec.Devices {
+									for j := range got.Spec.Devices[i].Taints {
+										got.Spec.Devices[i].Taints[j].TimeAdded = nil
+									}
+								}
+								assert.True(t, apiequality.Semantic.DeepEqual(kept.Spec.Devices, got.Spec.Devices), "%s: devices as stored differ beyond %v", name, want)
+								assert.True(t, apiequality.Semantic.DeepEqual(kept.Spec.SharedCounters, got.Spec.SharedCounters), "%s: counters as stored differ beyond %v", name, want)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func hasListAttribute(s *resourceapi.ResourceSlice) bool {
+	for _, d := range s.Spec.Devices {
+		for _, a := range d.Attributes {
+			if a.IntValues != nil || a.BoolValues != nil || a.StringValues != nil || a.VersionValues != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasCounters(s *resourceapi.ResourceSlice) bool {
+	if len(s.Spec.SharedCounters) > 0 {
+		return true
+	}
+	for _, d := range s.Spec.Devices {
+		if len(d.ConsumesCounters) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPluginOn134 runs the plugin against a real Kubernetes 1.34 API
+// server, which keeps neither taints, counters nor list-form attributes:
+// an unhealthy EFA is withheld instead of tainted; --numa-list falls back
+// to numaNode as a number; mixed mode stops with a clear error and leaves
+// no slice behind. Each says so in the plugin's log.
+func TestPluginOn134(t *testing.T) {
+	c := apiServer134(t)
+
+	t.Run("unhealthy EFA withheld", func(t *testing.T) {
+		n := newE2ENode(t, c, "p5-134-port-down", portDownFixture(t), driver.GroupsNone)
+		var names []string
+		for _, s := range n.slices(31) {
+			for _, d := range s.Spec.Devices {
+				names = append(names, d.Name)
+				assert.Empty(t, d.Taints)
+			}
+		}
+		assert.NotContains(t, names, "efa-0000-50-00-0", "withheld")
+		waitLog(t, n.dir, "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
+	})
+
+	t.Run("numa-list falls back", func(t *testing.T) {
+		numaListFallsBack(t, c, "p5-134-numa-list", true)
+	})
+
+	t.Run("mixed mode stops", func(t *testing.T) {
+		ctx := context.Background()
+		const name = "p5-134-mixed"
+		_, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		bin, err := pluginBinary()
+		require.NoError(t, err)
+		dir := t.TempDir()
+		for _, d := range []string{"reg", "plugins", "cdi", "proc/sys/kernel/random"} {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "proc/sys/kernel/random/boot_id"), []byte("8a9c6a3e-6d51-4d0e-9a4b-1f0b3c7a2d11\n"), 0o644))
+		cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(cctx, bin, "--node-name", name, "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
+			"--sysfs", "../../testdata/sysfs/p5.48xlarge.sysfs", "--proc", filepath.Join(dir, "proc"), "--cdi-root", filepath.Join(dir, "cdi"),
+			"--kubelet-registrar-directory-path", filepath.Join(dir, "reg"), "--kubelet-plugins-directory-path", filepath.Join(dir, "plugins"),
+			"--groups", "mixed").CombinedOutput()
+		require.NoError(t, cctx.Err(), "the plugin must stop by itself; log:\n%s", out)
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "the plugin must exit with an error; log:\n%s", out)
+		assert.Contains(t, string(out), `group mode "mixed" needs DRAPartitionableDevices: run with --groups=none or exclusive`)
+		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + name})
+		require.NoError(t, err)
+		assert.Empty(t, l.Items, "the slices stored without their counters are withdrawn before the plugin stops")
+	})
+}
+
+// TestNUMAListOn137: on 1.37 --numa-list publishes the list form where
+// DRAListTypeAttributes is on, and falls back to the number where it is
+// off (its default).
+func TestNUMAListOn137(t *testing.T) {
+	t.Run("DRAListTypeAttributes", func(t *testing.T) { numaListFallsBack(t, apiServerLists(t), "p5-137-lists", false) })
+	t.Run("default", func(t *testing.T) { numaListFallsBack(t, apiServer(t), "p5-137-numa-list", true) })
+}
+
+// numaListFallsBack runs the plugin with --numa-list on the p5 and checks
+// the form of numaNode in its slices: a number where the server refuses
+// the list form (fallback), the list where it keeps it.
+func numaListFallsBack(t *testing.T, c *controlPlane, name string, fallback bool) {
+	n := newE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", driver.GroupsNone, func(n *e2eNode) { n.args = []string{"--numa-list"} })
+	for _, s := range n.slices(32) {
+		for _, d := range s.Spec.Devices {
+			a, ok := d.Attributes[driver.AttrNUMANode]
+			require.True(t, ok, "%s has %s", d.Name, driver.AttrNUMANode)
+			if fallback {
+				assert.NotNil(t, a.IntValue, d.Name)
+				assert.Nil(t, a.IntValues, d.Name)
+			} else {
+				assert.Nil(t, a.IntValue, d.Name)
+				assert.Len(t, a.IntValues, 1, d.Name)
+			}
+		}
+	}
+	const said = "in list form (--numa-list needs DRAListTypeAttributes): published as a single number instead"
+	if fallback {
+		waitLog(t, n.dir, said)
+	} else {
+		assert.NotContains(t, n.log(), said)
+	}
+}
+
+// waitLog waits until the plugin's log in dir holds s.
+func waitLog(t *testing.T, dir, s string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		log, _ := os.ReadFile(filepath.Join(dir, "plugin.log"))
+		return strings.Contains(string(log), s)
+	}, 10*time.Second, 100*time.Millisecond, "the plugin's log says %q", s)
+}
