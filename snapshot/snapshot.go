@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -20,7 +21,8 @@ import (
 
 // pciFiles are the attributes read from every PCI function; modalias is
 // kept too so that other tools (ghw) can read a capture.
-var pciFiles = []string{"uevent", "vendor", "device", "subsystem_vendor", "subsystem_device", "class", "revision", "numa_node", "local_cpulist", "modalias", "p2p"}
+var pciFiles = []string{"uevent", "vendor", "device", "subsystem_vendor", "subsystem_device", "class", "revision", "numa_node", "local_cpulist", "modalias", "p2p",
+	"current_link_speed", "current_link_width", "max_link_speed", "max_link_width", "gdr"}
 
 // Options tune a snapshot.
 type Options struct {
@@ -63,6 +65,15 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 		}
 		if t, err := c.link(real + "/driver"); err == nil {
 			c.dir(t)
+		}
+		// The IOMMU group: its directory (kernel/iommu_groups/N) as an
+		// empty one, so the link resolves in the capture; none without an
+		// IOMMU.
+		if t, err := c.r.Resolve(real + "/iommu_group"); err == nil {
+			c.dir(t)
+			if _, err := c.link(real + "/iommu_group"); err != nil {
+				c.errs = append(c.errs, err)
+			}
 		}
 		for _, sub := range []string{"infiniband", "infiniband_verbs"} {
 			c.tree(real + "/" + sub)
@@ -132,6 +143,7 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 	// class/neuron_device: a device without its class link is read too.
 	c.tree(neuron.ClassDir)
 	c.file("devices/virtual/dmi/id/product_name")
+	c.file(efa.DriverVersionFile) // the out-of-tree efa driver's version
 	// The link only where it leads to what was captured: it would dangle.
 	if t, err := c.r.Resolve("class/dmi/id"); err == nil && c.hasUnder(t) {
 		if _, err := c.link("class/dmi/id"); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/snapshot"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -21,6 +22,9 @@ type view struct {
 	Name, PCI, Root, Uverbs, Netdev, Driver string
 	NUMA                                    int
 	Bridges                                 int
+	Link, MaxLink                           string
+	IOMMU                                   int
+	DriverVersion                           string
 }
 
 func scan(t *testing.T, fsys fs.ReadLinkFS) ([]view, int) {
@@ -28,10 +32,20 @@ func scan(t *testing.T, fsys fs.ReadLinkFS) ([]view, int) {
 	tree, res, err := efa.Scan(fsys)
 	require.NoError(t, err)
 	var out []view
+	version, err := efa.ReadDriverVersion(sysfs.NewReader(fsys))
+	require.NoError(t, err)
 	for _, d := range res.EFAs {
-		out = append(out, view{d.Name, d.PCI.Address.String(), d.PCI.Root, d.Verbs.Name, d.Netdev, d.PCI.Driver, d.PCI.NUMANode, len(d.PCI.Bridges())})
+		out = append(out, view{d.Name, d.PCI.Address.String(), d.PCI.Root, d.Verbs.Name, d.Netdev, d.PCI.Driver, d.PCI.NUMANode, len(d.PCI.Bridges()),
+			linkText(d.PCI.CurrentLink), linkText(d.PCI.MaxLink), d.PCI.IOMMUGroup, version})
 	}
 	return out, len(tree.Devices)
+}
+
+func linkText(l *pcie.Link) string {
+	if l == nil {
+		return "none"
+	}
+	return l.String()
 }
 
 // TestSnapshotReplays captures every fixture as if it were a live /sys and
