@@ -166,6 +166,7 @@ var pciVendors = []pciVendor{
 		{0x22a3, "GH100 [H100 NVSwitch]"},
 		{0x1af1, "GA100 [A100 NVSwitch]"},
 		{0x20b0, "GA100 [A100 SXM4 40GB]"},
+		{0x20b2, "GA100 [A100 SXM4 80GB]"},
 		{0x2237, "GA102GL [A10G]"},
 		{0x2330, "GH100 [H100 SXM5 80GB]"},
 		{0x2335, "GH100 [H200 SXM 141GB]"},
