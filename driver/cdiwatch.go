@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -31,6 +33,7 @@ func (p *Plugin) WatchCDI(ctx context.Context, check time.Duration) {
 	logger := klog.FromContext(ctx)
 	tick := time.NewTicker(check)
 	defer tick.Stop()
+	p.checkStorage(ctx)
 	for ctx.Err() == nil {
 		w, err := p.watchDir()
 		if err != nil {
@@ -74,10 +77,13 @@ func (p *Plugin) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan
 		case <-ctx.Done():
 			return
 		case <-tick:
+			p.checkStorage(ctx)
 			p.repairIfMissing(ctx)
 			if w == nil {
 				return // try to watch again
 			}
+		case <-p.checkFiles:
+			p.checkStorage(ctx)
 		case <-errs:
 			return
 		case ev, ok := <-events:
@@ -130,12 +136,21 @@ func (p *Plugin) specsMissing() bool {
 // prepared claims, as at a start (restore), holding the lock the kubelet
 // plugin helper holds around each prepare and unprepare, so it never runs
 // beside one. Each spec written again is logged and counted in
-// efakit_plugin_cdi_specs_restored_total.
+// efakit_plugin_cdi_specs_restored_total; an EFA found renumbered gets its
+// spec corrected (see refresh), and an Event names the claim's pods.
 func (p *Plugin) RepairSpecs(ctx context.Context) error {
+	moved, err := p.repair(ctx)
+	p.reportRenumbered(ctx, moved)
+	return err
+}
+
+// repair is RepairSpecs without the Events: it returns each claim's EFAs
+// that were renumbered.
+func (p *Plugin) repair(ctx context.Context) ([]claimRenumbered, error) {
 	if p.dataDir != "" {
 		unlock, err := lockDataDir(p.dataDir)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer unlock()
 	}
@@ -146,5 +161,12 @@ func (p *Plugin) RepairSpecs(ctx context.Context) error {
 	// from the checkpoint as it is now, or it would remove the specs of
 	// claims it does not know yet.
 	p.reloadState(ctx)
-	return errors.Join(p.restore(ctx, false)...)
+	errs, moved := p.restoreClaims(ctx, false)
+	var out []claimRenumbered
+	for uid, m := range moved {
+		c := p.state.Claims[uid]
+		out = append(out, claimRenumbered{UID: uid, Namespace: c.Namespace, Name: c.Name, Devices: m})
+	}
+	slices.SortFunc(out, func(a, b claimRenumbered) int { return strings.Compare(a.UID, b.UID) })
+	return out, errors.Join(errs...)
 }

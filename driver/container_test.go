@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -202,11 +203,13 @@ func (n *kubeletNode) containerSees(pod *corev1.Pod, ctrName string, prepared ma
 	return first
 }
 
-// preparePod creates the pod and its claims in the API and prepares the
-// claims in one call, as the kubelet does for a pod, keyed by claim name.
+// preparePod creates the pod and its claims in the API, makes the pod
+// known to the kubelet (its PodResources API), and prepares the claims in
+// one call, as the kubelet does for a pod, keyed by claim name.
 func (n *kubeletNode) preparePod(pod *corev1.Pod, claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodePrepareResourceResponse {
 	_, err := n.client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
 	require.NoError(n.t, err)
+	n.pods.AddPod(pod)
 	for _, c := range claims {
 		if _, err := n.client.ResourceV1().ResourceClaims(c.Namespace).Get(context.Background(), c.Name, metav1.GetOptions{}); err != nil {
 			n.addClaim(c)
@@ -445,7 +448,10 @@ func TestContainerEnvironment(t *testing.T) {
 		assert.Equal(t, iface(p5GPU(1)), got.Env["FI_EFA_IFACE"])
 		assert.Equal(t, n.uverbs(p5GPU(1)...), got.Nodes)
 	})
-	t.Run("env libfabric from the class, the pod's own FI_EFA_IFACE wins", func(t *testing.T) {
+	t.Run("env libfabric from the class replaces the pod's own FI_EFA_IFACE", func(t *testing.T) {
+		// The plugin cannot see the pod's environment (it reads no Pod):
+		// the CDI device's variables replace the container's, as CDI
+		// replaces a variable by name. env: none leaves them to the pod.
 		pod := podUsing("u-own", []string{"u3"}, map[string][]string{"train": {"u3"}},
 			corev1.EnvVar{Name: "FI_EFA_IFACE", Value: "rdmap113s0"})
 		c := withConfig(efaClaim("u3", "d0000000-0000-0000-0000-000000000003", map[string][]int{"efas": p5GPU(2)}, pod),
@@ -453,7 +459,7 @@ func TestContainerEnvironment(t *testing.T) {
 		prepared := n.preparePod(pod, c)
 		require.Empty(t, prepared["u3"].Error)
 		got := n.containerSees(pod, "train", prepared)
-		assert.Equal(t, "rdmap113s0", got.Env["FI_EFA_IFACE"], "the pod spec wins")
+		assert.Equal(t, iface(p5GPU(2)), got.Env["FI_EFA_IFACE"], "the claim's EFAs")
 		assert.Equal(t, "efa", got.Env["FI_PROVIDER"])
 	})
 	t.Run("the claim's env none overrides the class's libfabric", func(t *testing.T) {
@@ -464,14 +470,32 @@ func TestContainerEnvironment(t *testing.T) {
 		got := n.containerSees(pod, "train", n.preparePod(pod, c))
 		assert.NotContains(t, got.Env, "FI_EFA_IFACE")
 	})
-	t.Run("envFrom: the driver sets none", func(t *testing.T) {
-		pod := podUsing("u-from", []string{"u5"}, map[string][]string{"train": {"u5"}})
-		pod.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "fabric"}}}}
-		c := withConfig(efaClaim("u5", "d0000000-0000-0000-0000-000000000005", map[string][]int{"efas": p5GPU(4)}, pod),
+	t.Run("two requests of one claim, one with env, in one container: refused", func(t *testing.T) {
+		pod := podUsing("u-two", []string{"u5"}, map[string][]string{"train": {"u5"}})
+		c := withConfig(efaClaim("u5", "d0000000-0000-0000-0000-000000000005", map[string][]int{"a": p5GPU(4)[:2], "b": p5GPU(4)[2:]}, pod),
+			resourceapi.AllocationConfigSourceClaim, envLibfabric, "a")
+		r := n.preparePod(pod, c)["u5"]
+		assert.Contains(t, r.Error, "container train of pod default/u-two takes EFAs from 2 requests (claim u5 request a, claim u5 request b), and claim u5 request a sets the libfabric environment")
+	})
+	t.Run("a container that names one request is checked as taking the claim's every request", func(t *testing.T) {
+		// The kubelet's PodResources API names the claims a container
+		// uses, not its request filter: refused, saying how to fix it.
+		pod := podUsing("u-req", []string{"u9"}, map[string][]string{"a": {"u9/a"}, "b": {"u9/b"}})
+		c := withConfig(efaClaim("u9", "d0000000-0000-0000-0000-000000000009", map[string][]int{"a": p5GPU(7)[:2], "b": p5GPU(7)[2:]}, pod),
+			resourceapi.AllocationConfigSourceClaim, envLibfabric, "a")
+		r := n.preparePod(pod, c)["u9"]
+		assert.Contains(t, r.Error, "takes EFAs from 2 requests (claim u9 request a, claim u9 request b)")
+		assert.Contains(t, r.Error, "give the container all its EFAs in one request of one claim")
+	})
+	t.Run("the kubelet not answering: a claim with env is refused, saying why", func(t *testing.T) {
+		pod := podUsing("u-down", []string{"u10"}, map[string][]string{"train": {"u10"}})
+		c := withConfig(efaClaim("u10", "d0000000-0000-0000-0000-000000000010", map[string][]int{"efas": p5GPU(6)[:1]}, pod),
 			resourceapi.AllocationConfigSourceClaim, envLibfabric)
-		got := n.containerSees(pod, "train", n.preparePod(pod, c))
-		assert.NotContains(t, got.Env, "FI_EFA_IFACE")
-		assert.NotContains(t, got.Env, "FI_PROVIDER")
+		n.pods.Fail(errors.New("kubelet restarting"))
+		defer n.pods.Fail(nil)
+		r := n.preparePod(pod, c)["u10"]
+		assert.Contains(t, r.Error, "the libfabric environment (env: libfabric) is checked against the containers that use the claim: kubelet PodResources API at ")
+		assert.Contains(t, r.Error, "kubelet restarting")
 	})
 	t.Run("a claim without env beside a prepared shared claim with it is refused", func(t *testing.T) {
 		solo := podUsing("u-solo", []string{"u6"}, map[string][]string{"train": {"u6"}})

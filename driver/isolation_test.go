@@ -14,7 +14,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -23,6 +25,8 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/podresources"
+	"github.com/efakit/efakit/driver/podresources/podresourcestest"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -114,7 +118,7 @@ func TestModuleReload(t *testing.T) {
 	b := claim("b", "b2222222-2222-2222-2222-222222222222", "efa-0000-50-00-0")
 	r := prepareOne(t, p, b)
 	require.Error(t, r.Err, "the EFA at 50 is uverbs0 (231:192) now, which claim a's containers hold")
-	assert.ErrorContains(t, r.Err, "uverbs0 (231:192) now, a device number that containers of claim "+string(a.UID)+" were given")
+	assert.ErrorContains(t, r.Err, "uverbs0 (231:192) now, a device number that containers of claim default/a ("+string(a.UID)+") were given")
 
 	// A plugin restart corrects claim a's spec from sysfs.
 	p, w = startPlugin(t, s, d)
@@ -366,7 +370,7 @@ func TestPrepareAfterForcedDelete(t *testing.T) {
 			next := claim("next", "0e170000-0000-0000-0000-000000000002", "efa-0000-4f-00-0")
 			r := prepareOne(t, p, next)
 			if !tc.ok {
-				require.ErrorContains(t, r.Err, "already prepared for claim "+string(old.UID))
+				require.ErrorContains(t, r.Err, "already prepared for claim default/old ("+string(old.UID)+")")
 				return
 			}
 			require.NoError(t, r.Err)
@@ -402,4 +406,72 @@ func TestRepairSpecsDuringRollingUpdate(t *testing.T) {
 	require.NoError(t, os.Remove(path))
 	require.NoError(t, newPod.RepairSpecs(context.Background()))
 	assert.Equal(t, []string{"/dev/infiniband/uverbs0 231:192"}, specNodesOf(t, w, late.UID), "and writes its lost spec again")
+}
+
+// TestModuleReloadSeenAtRuntime: a scan that finds an EFA of a prepared
+// claim renumbered corrects the claim's CDI spec at once, without a plugin
+// restart (a container that restarts before the plugin does gets its own
+// EFA's new number, not its old one, which now names another EFA); it
+// counts it, and records an Event on the Node naming the claim, the old
+// and new numbers and the pods that use the claim (from the kubelet).
+// The old number stays held until the claim is unprepared.
+func TestModuleReloadSeenAtRuntime(t *testing.T) {
+	t.Parallel()
+	d := dirs{cdi: t.TempDir(), data: t.TempDir()}
+	s := &swapFS{}
+	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
+	kubelet := podresourcestest.Start(t)
+	pods, err := podresources.New(kubelet.Socket)
+	require.NoError(t, err)
+	defer pods.Close()
+	w, err := cdi.NewWriter(d.cdi, "dra.net")
+	require.NoError(t, err)
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
+		Config: driver.Config{NodeName: node}, SysfsRoot: s, CDI: w, Pods: pods,
+		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data,
+	})
+	require.NoError(t, err)
+	client := fake.NewClientset()
+	p.Events = driver.NewEvents(client, node)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Events.Run(ctx)
+	_, err = p.Rescan(ctx)
+	require.NoError(t, err)
+
+	a := claim("a", "a1111111-1111-1111-1111-111111111111", "efa-0000-4f-00-0")
+	trainer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "trainer"},
+		Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "efa", ResourceClaimName: &a.Name}},
+			Containers: []corev1.Container{{Name: "train", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "efa"}}}}}}}
+	kubelet.SetPods(trainer)
+	require.NoError(t, prepareOne(t, p, a).Err)
+	assert.Equal(t, []string{"/dev/infiniband/uverbs0 231:192"}, specNodesOf(t, w, a.UID))
+
+	// ib_uverbs reloaded: the EFAs at 4f and 50 swapped numbers. The
+	// next scan (a uevent, a health check) sees it.
+	s.cur.Store(renumbered(t, map[int]int{0: 1, 1: 0}))
+	_, err = p.Rescan(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/dev/infiniband/uverbs1 231:193"}, specNodesOf(t, w, a.UID), "spec corrected by the scan")
+	assert.Equal(t, float64(1), metricValue(t, p, "efakit_plugin_renumbered_devices_total"))
+	st, err := checkpoint.NewStore(d.data).Load(bootA)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"231:192"}, st.Claims[string(a.UID)].Devices[0].Stale, "the old number stays held")
+	require.Eventually(t, func() bool { return len(nodeEvents(t, client)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	ev := nodeEvents(t, client)[0]
+	assert.Equal(t, corev1.EventTypeWarning, ev.Type)
+	assert.Equal(t, driver.ReasonRenumbered, ev.Reason)
+	assert.Contains(t, ev.Message, "EFAs of claim default/a renumbered")
+	assert.Contains(t, ev.Message, "efa-0000-4f-00-0 was rdmap79s0 uverbs0 231:192, is rdmap79s0 uverbs1 231:193")
+	assert.Contains(t, ev.Message, "containers of pods default/trainer that started before hold the old numbers")
+
+	// Scans after it change nothing more.
+	_, err = p.Rescan(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, float64(1), metricValue(t, p, "efakit_plugin_renumbered_devices_total"))
+
+	// The EFA at 50 is uverbs0 now, the number claim a's running
+	// container holds: refused, naming the claim and its pod.
+	b := claim("b", "b2222222-2222-2222-2222-222222222222", "efa-0000-50-00-0")
+	assert.ErrorContains(t, prepareOne(t, p, b).Err, "a device number that containers of claim default/a ("+string(a.UID)+") (pods default/trainer) were given")
 }

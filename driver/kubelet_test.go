@@ -26,6 +26,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/podresources/podresourcestest"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -49,6 +50,8 @@ type kubeletNode struct {
 	rescan  chan struct{}
 	live    efa.Live
 	groups  driver.GroupMode
+	// pods is the kubelet's PodResources API: the pods it runs.
+	pods *podresourcestest.Server
 }
 
 func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim) *kubeletNode {
@@ -60,7 +63,8 @@ func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim)
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
 	n := &kubeletNode{t: t, dir: dir, fixture: fixture, rescan: make(chan struct{}), live: efa.StaticLive{Mode: efa.NetnsShared},
-		client: fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})}
+		client: fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}}),
+		pods:   podresourcestest.Start(t)}
 	for _, c := range claims {
 		n.addClaim(c)
 	}
@@ -163,16 +167,17 @@ func (n *kubeletNode) start() {
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
 		n.done <- driver.Serve(ctx, driver.ServeOptions{
-			Config:       driver.Config{NodeName: node, Groups: n.groups},
-			KubeClient:   n.client,
-			SysfsRoot:    n.fixture,
-			ProcRoot:     filepath.Join(n.dir, "proc"),
-			CDIRoot:      n.cdiDir(),
-			RegistrarDir: filepath.Join(n.dir, "reg"),
-			PluginsDir:   filepath.Join(n.dir, "plugins"),
-			Ready:        ready,
-			Rescan:       n.rescan,
-			Live:         n.live,
+			Config:             driver.Config{NodeName: node, Groups: n.groups},
+			KubeClient:         n.client,
+			PodResourcesSocket: n.pods.Socket,
+			SysfsRoot:          n.fixture,
+			ProcRoot:           filepath.Join(n.dir, "proc"),
+			CDIRoot:            n.cdiDir(),
+			RegistrarDir:       filepath.Join(n.dir, "reg"),
+			PluginsDir:         filepath.Join(n.dir, "plugins"),
+			Ready:              ready,
+			Rescan:             n.rescan,
+			Live:               n.live,
 		})
 	}()
 	select {
@@ -368,7 +373,7 @@ func TestKubeletConcurrentAndConflicts(t *testing.T) {
 	}
 	wg.Wait()
 	r := n.prepare(thief)[string(thief.UID)]
-	assert.Contains(t, r.Error, "already prepared for claim "+string(claims[0].UID), "one EFA, two workloads: refused")
+	assert.Contains(t, r.Error, "already prepared for claim "+claims[0].Namespace+"/"+claims[0].Name+" ("+string(claims[0].UID)+")", "one EFA, two workloads: refused")
 	r = n.prepare(unknown)[string(unknown.UID)]
 	assert.Contains(t, r.Error, "efa-0000-ff-00-0 is not on this node")
 
@@ -405,7 +410,7 @@ func TestKubeletRollingUpdate(t *testing.T) {
 	// The new pod, started before, must not hand the same EFA out again.
 	res, err = newPod.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{other})
 	require.NoError(t, err)
-	assert.ErrorContains(t, res[other.UID].Err, "already prepared for claim "+string(c.UID))
+	assert.ErrorContains(t, res[other.UID].Err, "already prepared for claim "+c.Namespace+"/"+c.Name+" ("+string(c.UID)+")")
 	assert.Equal(t, []string{string(c.UID)}, newPod.Prepared())
 }
 

@@ -1,7 +1,10 @@
 package driver
 
 import (
+	"context"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -10,9 +13,14 @@ import (
 // Metrics are the plugin's Prometheus metrics, in a registry of their own
 // (no global state: tests run several plugins in one process).
 type Metrics struct {
-	Registry  *prometheus.Registry
-	Calls     *prometheus.CounterVec   // efakit_plugin_calls_total{op,result}
-	Latency   *prometheus.HistogramVec // efakit_plugin_call_seconds{op}
+	Registry *prometheus.Registry
+	Calls    *prometheus.CounterVec   // efakit_plugin_calls_total{op,result}
+	Latency  *prometheus.HistogramVec // efakit_plugin_call_seconds{op}
+	// Waited is the time from a kubelet call's arrival to the plugin's
+	// start on it: the helper reading the call's claims from the API
+	// server (its client's rate limit included) and waiting for the calls
+	// before it (it serializes them).
+	Waited    *prometheus.HistogramVec // efakit_plugin_call_wait_seconds{op}
 	Devices   prometheus.Gauge         // efakit_plugin_devices
 	Published prometheus.Counter       // efakit_plugin_publish_total
 	ScanErrs  prometheus.Counter       // efakit_plugin_scan_errors_total
@@ -27,6 +35,9 @@ type Metrics struct {
 	// allocations, by how: "taint" (a NoSchedule device taint) or
 	// "withhold" (left out of the slice, where the API server drops taints).
 	Unhealthy *prometheus.GaugeVec // efakit_plugin_unhealthy_devices{action}
+	// StorageWritable is 1 while the plugin can write in a directory it
+	// prepares with ("cdi", "data"), 0 while it is read-only or full.
+	StorageWritable *prometheus.GaugeVec // efakit_plugin_storage_writable{dir}
 	// StandingAside is 1 while the plugin publishes nothing and prepares
 	// nothing, by reason ("device-plugin", "dra-driver", "netns", "api").
 	StandingAside *prometheus.GaugeVec // efakit_plugin_standing_aside{reason}
@@ -41,6 +52,10 @@ func NewMetrics() *Metrics {
 		}, []string{"op", "result"}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "efakit_plugin_call_seconds", Help: "Time to prepare or unprepare one claim.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"op"}),
+		Waited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "efakit_plugin_call_wait_seconds", Help: "Time from a kubelet call's arrival to the plugin's start on it: the helper's claim reads and the calls before it.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"op"}),
 		Devices: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -69,7 +84,11 @@ func NewMetrics() *Metrics {
 	m.StandingAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "efakit_plugin_standing_aside", Help: "1 while the plugin publishes and prepares nothing, by reason.",
 	}, []string{"reason"})
-	m.Registry.MustRegister(m.Calls, m.Latency, m.Devices, m.Published, m.ScanErrs, m.ScanTime, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
+	m.StorageWritable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "efakit_plugin_storage_writable", Help: "1 while the plugin can write in the directory (cdi: the CDI specs; data: the checkpoint), 0 while its file system is read-only or full.",
+	}, []string{"dir"})
+	m.Registry.MustRegister(m.StorageWritable)
+	m.Registry.MustRegister(m.Calls, m.Latency, m.Waited, m.Devices, m.Published, m.ScanErrs, m.ScanTime, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -81,6 +100,29 @@ func (m *Metrics) observe(op string, d time.Duration, err error) {
 	}
 	m.Calls.WithLabelValues(op, result).Inc()
 	m.Latency.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// waited observes how long a kubelet call waited before the plugin started
+// on it (zero when the call did not come through the helper's gRPC
+// server: tests calling the plugin directly).
+func (m *Metrics) waited(op string, ctx context.Context) time.Duration {
+	at, ok := ctx.Value(arrivalKey{}).(time.Time)
+	if !ok {
+		return 0
+	}
+	d := time.Since(at)
+	m.Waited.WithLabelValues(op).Observe(d.Seconds())
+	return d
+}
+
+// arrivalKey holds the time a kubelet call arrived in its context.
+type arrivalKey struct{}
+
+// stampArrival is a gRPC interceptor that records in a call's context when
+// it arrived, before the helper reads its claims and waits for the calls
+// before it.
+func stampArrival(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(context.WithValue(ctx, arrivalKey{}, time.Now()), req)
 }
 
 func (m *Metrics) observeScan(d time.Duration, err error, devices int) {

@@ -161,7 +161,7 @@ func TestLogPrepareUnprepare(t *testing.T) {
 
 	failed := entries(log, "prepare failed")
 	require.Len(t, failed, 1)
-	assert.ErrorContains(t, failed[0].Err, "already prepared for claim "+string(c.UID))
+	assert.ErrorContains(t, failed[0].Err, "already prepared for claim "+c.Namespace+"/"+c.Name+" ("+string(c.UID)+")")
 	assert.Equal(t, "default/bad", fmt.Sprint(kv(failed[0])["claim"]))
 
 	unprepared := entries(log, "unprepared")

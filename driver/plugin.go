@@ -16,6 +16,7 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/efa"
 )
 
@@ -34,9 +35,15 @@ type Plugin struct {
 	cdi    *cdi.Writer
 	store  *checkpoint.Store
 	bootID string
-	// kube reads the pods and claims that the libfabric environment's
-	// checks need; nil without an API server (tests, efakit slices).
+	// kube reads a prepared claim whose EFAs another claim asks for (the
+	// forced-delete handover); nil without an API server (tests, efakit
+	// slices).
 	kube kubernetes.Interface
+	// pods lists which containers of the node's pods use which claims
+	// (the kubelet's PodResources API): the libfabric environment's
+	// check, and the pods named where a claim is refused or renumbered.
+	// nil without a kubelet.
+	pods PodLister
 	// dataDir is the plugin's directory under the kubelet's plugins
 	// directory: the lock file shared with a rolling update's other pod,
 	// and the helper's device-metadata files.
@@ -88,15 +95,29 @@ type Plugin struct {
 	// stopping: a fatal publishing error is withdrawing the slices and
 	// stopping the plugin.
 	stopping bool
+	// storage: why the plugin cannot write its files ("" when it can),
+	// from the last check (checkStorage).
+	storage string
+	// checkFiles asks WatchCDI for a check of the directories now (a
+	// prepare failed to write).
+	checkFiles chan struct{}
+}
+
+// PodLister lists the node's pods with the claims their containers use:
+// the kubelet's PodResources API (podresources.Client) in the plugin.
+type PodLister interface {
+	List(ctx context.Context) ([]podresources.Pod, error)
 }
 
 // inventoryDevice is what Prepare needs of a published EFA, from the last
 // scan: prepare reads the uverbs device numbers from sysfs again.
 type inventoryDevice struct {
-	RDMAName   string
-	Uverbs     string
-	PCIAddress string
-	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	RDMAName string
+	Uverbs   string
+	// Major and Minor are the uverbs device's number.
+	Major, Minor uint32
+	PCIAddress   string
+	Attributes   map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	// EFA is the scan's device, whose counters /metrics reads; nil for a
 	// group device.
 	EFA *efa.Device
@@ -117,10 +138,15 @@ type PluginOptions struct {
 	Store     *checkpoint.Store
 	// BootID is the kernel's boot ID: state from another boot is dropped.
 	BootID string
-	// KubeClient reads pods and claims for the libfabric environment's
-	// checks (optional: without it a claim asking for that environment is
-	// refused).
+	// KubeClient reads a prepared claim whose EFAs another claim asks for,
+	// to hand them over when the first claim's pod was deleted at once
+	// (optional: without it such a prepare is refused until the kubelet
+	// unprepares the first claim).
 	KubeClient kubernetes.Interface
+	// Pods lists which containers of the node's pods use which claims
+	// (optional: without it a claim asking for the libfabric environment
+	// is refused, and messages name claims without their pods).
+	Pods PodLister
 	// DataDir is the plugin's data directory (/var/lib/kubelet/plugins/
 	// <driver>): restore takes its lock file, and writes again the
 	// device-metadata specs of the files kept there. "" for neither.
@@ -137,10 +163,10 @@ type PluginOptions struct {
 func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	p := &Plugin{
 		cfg: o.Config, sysfs: o.SysfsRoot, cdi: o.CDI, store: o.Store, bootID: o.BootID,
-		kube: o.KubeClient, dataDir: o.DataDir,
+		kube: o.KubeClient, pods: o.Pods, dataDir: o.DataDir,
 		HealthInterval: 10 * time.Second, Metrics: NewMetrics(),
 		inventory: map[string]inventoryDevice{}, health: map[string]deviceHealth{},
-		kick: make(chan struct{}, 1), scan: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), scan: make(chan struct{}, 1), checkFiles: make(chan struct{}, 1),
 	}
 	p.EFAMetrics = newEFAMetrics(o.SysfsRoot, p.efaTargets)
 	p.Metrics.Registry.MustRegister(p.EFAMetrics)
@@ -184,6 +210,15 @@ func (p *Plugin) kickRescan() {
 func (p *Plugin) kickScan() {
 	select {
 	case p.scan <- struct{}{}:
+	default:
+	}
+}
+
+// kickStorageCheck asks WatchCDI to check the directories now (a write
+// failed); it never blocks.
+func (p *Plugin) kickStorageCheck() {
+	select {
+	case p.checkFiles <- struct{}{}:
 	default:
 	}
 }

@@ -206,7 +206,7 @@ func TestPrepareGroup(t *testing.T) {
 	member := claim("member", "99999999-9999-9999-9999-999999999999", "efa-0000-50-00-0")
 	res, err = p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{member})
 	require.NoError(t, err)
-	assert.ErrorContains(t, res[member.UID].Err, "already prepared for claim "+string(g.UID))
+	assert.ErrorContains(t, res[member.UID].Err, "already prepared for claim "+g.Namespace+"/"+g.Name+" ("+string(g.UID)+")")
 }
 
 // TestDroppedCountersStop: when the API server drops the shared counters

@@ -103,6 +103,7 @@ func (p *Plugin) commit(b *batch) error {
 // call's save.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	waited := p.Metrics.waited("prepare", ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
@@ -128,14 +129,22 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if saveErr != nil && b.changed[string(c.UID)] {
 			res = kubeletplugin.PrepareResult{Err: saveErr}
 		}
+		if res.Err != nil {
+			if e := storageError(res.Err); e != res.Err {
+				res.Err = e
+				p.kickStorageCheck()
+			}
+		}
 		p.Metrics.observe("prepare", took[i]+saved, res.Err)
 		// One line per claim at the default verbosity: which claim got
-		// which EFAs (published and RDMA names), how long it took.
+		// which EFAs (published and RDMA names), how long it took, and
+		// how long the kubelet's call waited before (the helper's claim
+		// reads, the calls before it).
 		if res.Err != nil {
 			res.Err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, res.Err)
-			logger.Error(res.Err, "prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved)
+			logger.Error(res.Err, "prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved, "waited", waited)
 		} else {
-			logger.Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.state.Claims[string(c.UID)]), "duration", took[i]+saved)
+			logger.Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.state.Claims[string(c.UID)]), "duration", took[i]+saved, "waited", waited)
 		}
 		out[c.UID] = res
 	}
@@ -206,10 +215,10 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 		// EFA itself, and the character device a container would open
 		// (after a module reload the same number may name another EFA).
 		if other, ok := held["pci:"+inv.PCIAddress]; ok && !p.released(ctx, other, released) {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, other)
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, p.describeClaim(ctx, other))
 		}
 		if other, ok := held["dev:"+num]; ok && !p.released(ctx, other, released) {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, other)
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, p.describeClaim(ctx, other))
 		}
 		held["pci:"+inv.PCIAddress], held["dev:"+num] = uid, uid
 		if cur.RDMAName != inv.RDMAName || cur.Verbs.Name != inv.Uverbs {
@@ -254,7 +263,7 @@ func (p *Plugin) prepareAgain(ctx context.Context, b *batch, prev checkpoint.Cla
 	if !slices.Equal(sorted(had), sorted(want)) {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("prepared for %s, but now allocated %s: unprepare it first", describe(had), describe(want))
 	}
-	claim, err := p.refreshIn(ctx, b, prev)
+	claim, _, err := p.refreshIn(ctx, b, prev)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
@@ -282,6 +291,13 @@ func readCurrent(r *sysfs.Reader, pciAddress string) (efa.Current, error) {
 	return efa.ReadCurrent(r, a)
 }
 
+// renumbering is one EFA of a prepared claim found with another RDMA name
+// or uverbs device than its spec gave (a module reload numbered them anew).
+type renumbering struct {
+	Device   string // published name
+	Was, Now string // "rdmap79s0 uverbs0 231:192"
+}
+
 // refresh checks a prepared claim's EFAs against sysfs: an EFA whose RDMA
 // name or uverbs device changed (a module reload numbers them anew) gets
 // the new values in its spec and the checkpoint, and its old device
@@ -289,52 +305,55 @@ func readCurrent(r *sysfs.Reader, pciAddress string) (efa.Current, error) {
 // before still hold it. The spec is written again when it is missing or
 // changed. An EFA that cannot be read keeps its record (and so its
 // numbers stay held): it is reported, not guessed at. A change is saved
-// at once.
-func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Claim, error) {
+// at once. It returns what was renumbered.
+func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
 	b := p.begin()
-	c, err := p.refreshIn(ctx, b, c)
+	c, moved, err := p.refreshIn(ctx, b, c)
 	if serr := p.commit(b); serr != nil && err == nil {
 		err = serr
 	}
-	return c, err
+	return c, moved, err
 }
 
 // refreshIn is refresh within a kubelet call's batch: a change is saved
 // with the call's other changes.
-func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (checkpoint.Claim, error) {
+func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
 	logger := klog.FromContext(ctx)
 	r := sysfs.NewReader(p.sysfs)
-	changed := false
+	var moved []renumbering
 	devs := slices.Clone(c.Devices)
 	for i, d := range devs {
 		cur, err := readCurrent(r, d.PCIAddress)
 		if err != nil {
-			logger.Error(err, "prepared EFA unreadable; its record is kept", "claim", klog.KRef(c.Namespace, c.Name), "device", d.Device)
+			logger.Error(err, "Prepared EFA unreadable; its record is kept", "claim", klog.KRef(c.Namespace, c.Name), "device", d.Device)
 			continue
 		}
 		if cur.RDMAName == d.RDMAName && cur.Verbs.Name == d.Uverbs && cur.Verbs.Major == d.Major && cur.Verbs.Minor == d.Minor {
 			continue
 		}
 		old := devNumber(d.Major, d.Minor)
-		logger.Error(nil, "an EFA of a prepared claim was renumbered (efa or ib_uverbs module reloaded?): CDI spec corrected; containers started before hold the old device number and may reach another EFA: restart them",
-			"claim", klog.KRef(c.Namespace, c.Name), "device", d.Device,
-			"was", d.RDMAName+" "+d.Uverbs+" "+old, "now", cur.RDMAName+" "+cur.Verbs.Name+" "+devNumber(cur.Verbs.Major, cur.Verbs.Minor))
+		m := renumbering{Device: d.Device, Was: d.RDMAName + " " + d.Uverbs + " " + old,
+			Now: cur.RDMAName + " " + cur.Verbs.Name + " " + devNumber(cur.Verbs.Major, cur.Verbs.Minor)}
+		logger.Error(nil, "EFA of a prepared claim renumbered (efa or ib_uverbs module reloaded?); CDI spec corrected, containers started before hold the old device number and may reach another EFA: restart them",
+			"claim", klog.KRef(c.Namespace, c.Name), "device", d.Device, "was", m.Was, "now", m.Now)
 		d.Stale = slices.Clone(d.Stale)
 		if !slices.Contains(d.Stale, old) {
 			d.Stale = append(d.Stale, old)
 		}
 		d.RDMAName, d.Uverbs, d.Major, d.Minor = cur.RDMAName, cur.Verbs.Name, cur.Verbs.Major, cur.Verbs.Minor
 		devs[i] = d
-		changed = true
+		moved = append(moved, m)
 		p.Metrics.Renumbered.Inc()
 		p.kickRescan()
 	}
+	changed := len(moved) > 0
 	if changed {
 		c.Devices = devs
 		held := p.held(c.UID)
 		for _, d := range c.Devices {
 			if other, ok := held["dev:"+devNumber(d.Major, d.Minor)]; ok {
-				logger.Error(nil, "after the renumbering, containers of two claims hold one device number: restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", other, "device", d.Uverbs)
+				o := p.state.Claims[other]
+				logger.Error(nil, "After the renumbering, containers of two claims hold one device number: restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", klog.KRef(o.Namespace, o.Name), "device", d.Uverbs)
 			}
 		}
 		if c.Env != nil {
@@ -355,14 +374,14 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
 		ids, err := p.cdi.Write(c.UID, cdiRequests(c))
 		if err != nil {
-			return c, err
+			return c, moved, err
 		}
 		c.CDIDeviceIDs = ids
 	}
 	if changed {
 		p.put(b, c)
 	}
-	return c, nil
+	return c, moved, nil
 }
 
 // withIface replaces FI_EFA_IFACE's value in vars, if it is there.
@@ -374,6 +393,16 @@ func withIface(vars []string, devs []cdi.Device) []string {
 		}
 	}
 	return out
+}
+
+// describeClaim names a prepared claim for a refusal: namespace/name, its
+// UID, and the pods that use it where the kubelet says.
+func (p *Plugin) describeClaim(ctx context.Context, uid string) string {
+	c, ok := p.state.Claims[uid]
+	if !ok {
+		return uid
+	}
+	return c.Namespace + "/" + c.Name + " (" + uid + ")" + p.claimUsers(ctx, c.Namespace, c.Name)
 }
 
 // held maps what prepared claims hold to the claim holding it, leaving out
@@ -508,6 +537,7 @@ func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
 // never a claim the kubelet unprepared whose spec comes back.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
+	waited := p.Metrics.waited("unprepare", ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
@@ -538,10 +568,10 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		p.Metrics.observe("unprepare", d, err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-			logger.Error(err, "unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d)
+			logger.Error(err, "unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
 		} else {
 			// devices is empty for a claim that was not prepared here.
-			logger.Info("unprepared", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d)
+			logger.Info("unprepared", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
 		}
 		out[c.UID] = err
 	}

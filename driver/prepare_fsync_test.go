@@ -129,8 +129,12 @@ func TestCheckpointReadOnlyWhenChanged(t *testing.T) {
 	// checkpoint, once, and refuses b's EFA to another claim.
 	other := mk(false)
 	require.NoError(t, prepare(other, b))
-	assert.EqualValues(t, 1, reads(func() { assert.ErrorContains(t, prepare(p, thief), "already prepared for claim "+string(b.UID)) }))
-	assert.Zero(t, reads(func() { assert.ErrorContains(t, prepare(p, thief), "already prepared for claim "+string(b.UID)) }))
+	assert.EqualValues(t, 1, reads(func() {
+		assert.ErrorContains(t, prepare(p, thief), "already prepared for claim "+b.Namespace+"/"+b.Name+" ("+string(b.UID)+")")
+	}))
+	assert.Zero(t, reads(func() {
+		assert.ErrorContains(t, prepare(p, thief), "already prepared for claim "+b.Namespace+"/"+b.Name+" ("+string(b.UID)+")")
+	}))
 	assert.Equal(t, []string{string(a.UID), string(b.UID)}, p.Prepared())
 }
 
@@ -168,7 +172,7 @@ func TestPrepareBatch(t *testing.T) {
 	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{a, b, c})
 	require.NoError(t, err)
 	require.NoError(t, res[a.UID].Err)
-	assert.ErrorContains(t, res[b.UID].Err, "already prepared for claim "+string(a.UID))
+	assert.ErrorContains(t, res[b.UID].Err, "already prepared for claim "+a.Namespace+"/"+a.Name+" ("+string(a.UID)+")")
 	require.NoError(t, res[c.UID].Err)
 	assert.Equal(t, []string{string(a.UID), string(c.UID)}, p.Prepared())
 	assert.EqualValues(t, 1, syncs.Load(), "one save for the call")

@@ -51,6 +51,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 			continue
 		}
 		inv[DeviceName(d.PCI.Address)] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name,
+			Major: d.EFA.Verbs.Major, Minor: d.EFA.Verbs.Minor,
 			PCIAddress: d.PCI.Address.String(), Attributes: dev.Attributes, EFA: d.EFA}
 	}
 	groups := map[string][]string{}
@@ -113,7 +114,14 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	if err != nil {
 		p.scanErr = err.Error()
 	}
+	// The other plugin pod of a rolling update may have prepared claims
+	// since this one read the checkpoint (one stat tells).
+	p.reloadState(ctx)
+	renumbered := p.renumberedSince()
 	p.mu.Unlock()
+	if renumbered {
+		p.correctRenumbered(ctx)
+	}
 	p.reportHealth(ctx, changes)
 	published, perr := p.Publish(ctx)
 	return published, errors.Join(err, perr)

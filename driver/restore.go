@@ -61,8 +61,16 @@ func lockDataDir(dir string) (func(), error) {
 //     prepare's write in flight (its metadata spec is written after the
 //     checkpoint), and removing it failed that prepare.
 func (p *Plugin) restore(ctx context.Context, cleanup bool) []error {
+	errs, _ := p.restoreClaims(ctx, cleanup)
+	return errs
+}
+
+// restoreClaims is restore, returning also each claim's EFAs that were
+// renumbered, by claim UID.
+func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[string][]renumbering) {
 	logger := klog.FromContext(ctx)
 	var errs []error
+	moved := map[string][]renumbering{}
 	uids := make([]string, 0, len(p.state.Claims))
 	for uid := range p.state.Claims {
 		uids = append(uids, uid)
@@ -72,19 +80,22 @@ func (p *Plugin) restore(ctx context.Context, cleanup bool) []error {
 	for _, uid := range uids {
 		c := p.state.Claims[uid]
 		keep[uid] = true
-		c, err := p.refresh(ctx, c)
+		c, m, err := p.refresh(ctx, c)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("claim %s/%s (%s): %w", c.Namespace, c.Name, uid, err))
+		}
+		if len(m) > 0 {
+			moved[uid] = m
 		}
 		errs = append(errs, p.restoreMetadata(ctx, c)...)
 	}
 
 	if !cleanup {
-		return errs
+		return errs, moved
 	}
 	files, err := p.cdi.List()
 	if err != nil {
-		return append(errs, err)
+		return append(errs, err), moved
 	}
 	var removed []string
 	remove := func(name string) {
@@ -118,7 +129,7 @@ func (p *Plugin) restore(ctx context.Context, cleanup bool) []error {
 		slices.Sort(removed)
 		logger.Info("removed files of no prepared claim", "count", len(removed), "files", removed)
 	}
-	return errs
+	return errs, moved
 }
 
 // metadataRequests lists the requests of a claim, each once, with the

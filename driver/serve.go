@@ -24,6 +24,7 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -41,6 +42,10 @@ type ServeOptions struct {
 	// RegistrarDir is the kubelet's plugin registration directory
 	// (/var/lib/kubelet/plugins_registry).
 	RegistrarDir string
+	// PodResourcesSocket is the kubelet's PodResources API
+	// (podresources.DefaultSocket): which containers use which claims,
+	// for the libfabric environment's check. "" for none.
+	PodResourcesSocket string
 	// PluginsDir is the kubelet's plugins directory
 	// (/var/lib/kubelet/plugins); the plugin's socket and checkpoint go in
 	// PluginsDir/<driver name>.
@@ -200,10 +205,19 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	writer.Sync = o.Sync
 	store := checkpoint.NewStore(dataDir)
 	store.Sync = o.Sync
+	var pods PodLister
+	if o.PodResourcesSocket != "" {
+		c, err := podresources.New(o.PodResourcesSocket)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		pods = c
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, CDI: writer,
-		Store: store, BootID: bootID, KubeClient: o.KubeClient, DataDir: dataDir})
+		Store: store, BootID: bootID, KubeClient: o.KubeClient, Pods: pods, DataDir: dataDir})
 	if plugin == nil {
 		return err
 	}
@@ -234,6 +248,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	plugin.Recheck(ctx)
 
+	// Sockets of killed plugin pods, which the kubelet would dial for
+	// ever: gone before this pod registers.
+	removeStaleSockets(ctx, o.RegistrarDir, dataDir, driverName)
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(driverName),
 		kubeletplugin.NodeName(o.Config.NodeName),
@@ -243,6 +260,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		kubeletplugin.CDIDirectory(o.CDIRoot),
 		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 		kubeletplugin.MetadataFileOps(metadataFileOps(o.Sync)),
+		kubeletplugin.GRPCInterceptor(stampArrival),
 	}
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(o.PodUID))
@@ -290,13 +308,18 @@ func Serve(ctx context.Context, o ServeOptions) error {
 }
 
 // serveHTTP serves /healthz (the process runs), /readyz (registered with
-// the kubelet) and /metrics.
+// the kubelet, and able to write its CDI specs and checkpoint) and
+// /metrics.
 func serveHTTP(ctx context.Context, addr string, p *Plugin, h *kubeletplugin.Helper) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if st := h.RegistrationStatus(); st == nil || !st.PluginRegistered {
 			http.Error(w, "not registered with the kubelet", http.StatusServiceUnavailable)
+			return
+		}
+		if why := p.StorageProblem(); why != "" {
+			http.Error(w, "cannot prepare: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

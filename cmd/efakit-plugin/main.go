@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/podresources"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -49,11 +51,51 @@ prepares them for pods through CDI. --node-name (or NODE_NAME) is required.
 flags:
 `
 
+// Defaults of the plugin's API client rate. client-go's own (5 requests a
+// second, bursts of 10) held a node filling at once: the kubelet-plugin
+// helper reads each claim before it calls the plugin, so the eleventh pod
+// of a burst waited for the client's limiter, and the 32nd more than four
+// seconds (docs/performance.md, "Pod start"). These are the kubelet's
+// defaults: a node's worst burst (every EFA claimed at once: 32 claim
+// reads, the slices and a few Events) stays inside the burst.
+const (
+	defaultKubeAPIQPS   = 50
+	defaultKubeAPIBurst = 100
+)
+
 // options are the plugin's settings, from its flags and environment.
 type options struct {
-	serve       driver.ServeOptions
-	kubeconfig  string
-	showVersion bool
+	serve        driver.ServeOptions
+	kubeconfig   string
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+	showVersion  bool
+}
+
+// envNumber is the default of a numeric flag: the variable's value where
+// it is set, def otherwise; a value that does not parse is an error that
+// names the variable.
+func envNumber[T int | float64](name string, def T) (T, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	var out T
+	switch p := any(&out).(type) {
+	case *int:
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return def, fmt.Errorf("%s=%q: not an integer", name, v)
+		}
+		*p = n
+	case *float64:
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return def, fmt.Errorf("%s=%q: not a number", name, v)
+		}
+		*p = f
+	}
+	return out, nil
 }
 
 // parseArgs reads and checks every flag and argument. It runs before
@@ -76,12 +118,17 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.StringVar(&s.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "directory for CDI specs (env CDI_ROOT)")
 	fl.StringVar(&s.RegistrarDir, "kubelet-registrar-directory-path", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
 	fl.StringVar(&s.PluginsDir, "kubelet-plugins-directory-path", kubeletplugin.KubeletPluginsDir, "the kubelet's plugins directory")
+	fl.StringVar(&s.PodResourcesSocket, "pod-resources-socket", env("POD_RESOURCES_SOCKET", podresources.DefaultSocket), "the kubelet's PodResources API socket: which containers use which claims, for the libfabric environment's check (\"\" for none: such claims are refused) (env POD_RESOURCES_SOCKET)")
 	fl.DurationVar(&s.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
 	uevents := fl.Bool("uevents", true, "rescan within a second of the kernel's uevents for PCI, RDMA and uverbs devices (false: the periodic rescans only)")
 	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
 	fl.StringVar(&s.HTTPAddr, "http-address", env("HTTP_ADDRESS", ":8080"), "address for /healthz, /readyz and /metrics (\"\" for none)")
 	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", os.Getenv("ALLOW_EFA_DEVICE_PLUGIN") == "true", "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node (env ALLOW_EFA_DEVICE_PLUGIN=true)")
 	fl.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; in-cluster configuration when empty")
+	qps, qpsErr := envNumber("KUBE_API_QPS", float64(defaultKubeAPIQPS))
+	burst, burstErr := envNumber("KUBE_API_BURST", defaultKubeAPIBurst)
+	fl.Float64Var(&o.kubeAPIQPS, "kube-api-qps", qps, "requests a second the plugin's API client sends on average, bursts aside (env KUBE_API_QPS)")
+	fl.IntVar(&o.kubeAPIBurst, "kube-api-burst", burst, "requests the plugin's API client may send at once above --kube-api-qps (env KUBE_API_BURST)")
 	fl.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	writeUsage := func(w io.Writer) {
 		fmt.Fprint(w, usage)
@@ -109,6 +156,14 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 		return o, 0, true
 	case *nodeName == "":
 		return usageError("--node-name (or NODE_NAME) is required")
+	case qpsErr != nil && !flagSet(fl, "kube-api-qps"):
+		return usageError("%v", qpsErr)
+	case burstErr != nil && !flagSet(fl, "kube-api-burst"):
+		return usageError("%v", burstErr)
+	case o.kubeAPIQPS <= 0:
+		return usageError("--kube-api-qps %v: must be above 0", o.kubeAPIQPS)
+	case o.kubeAPIBurst < 1:
+		return usageError("--kube-api-burst %d: must be at least 1", o.kubeAPIBurst)
 	}
 	// The API refuses a slice for a node whose name is not a Node's.
 	if msgs := validation.IsDNS1123Subdomain(*nodeName); len(msgs) > 0 {
@@ -124,6 +179,14 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	}
 	s.PodUID = types.UID(os.Getenv("POD_UID"))
 	return o, 0, true
+}
+
+// flagSet tells whether the command line set the flag (its environment
+// variable is not read then).
+func flagSet(fl *flag.FlagSet, name string) bool {
+	set := false
+	fl.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // run is main without the exit: every flag is checked first, then the
@@ -156,6 +219,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		klog.Flush()
 		return 1
 	}
+	cfg.QPS, cfg.Burst = float32(opts.kubeAPIQPS), opts.kubeAPIBurst
 	if o.KubeClient, err = kubernetes.NewForConfig(cfg); err != nil {
 		logger.Error(err, "kubernetes client")
 		klog.Flush()
@@ -201,7 +265,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		logger.V(2).Info("gave start-up pages back to the kernel", "advisedMiB", n>>20)
 	}()
-	logger.Info("starting", "version", version, "driver", o.Config.DriverName, "memoryLimitMiB", limit>>20)
+	logger.Info("starting", "version", version, "driver", o.Config.DriverName, "memoryLimitMiB", limit>>20,
+		"kubeAPIQPS", opts.kubeAPIQPS, "kubeAPIBurst", opts.kubeAPIBurst)
 	if err := driver.Serve(ctx, o); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error(err, "plugin stopped")
 		klog.Flush()

@@ -107,6 +107,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"--node-name", "n1", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--node-name", "n1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{[]string{"--node-name", "n1", "--groups", "all"}, `--groups: unknown group mode "all"`},
+		{[]string{"--node-name", "n1", "--kube-api-qps", "0"}, "--kube-api-qps 0: must be above 0"},
+		{[]string{"--node-name", "n1", "--kube-api-burst", "0"}, "--kube-api-burst 0: must be at least 1"},
 	} {
 		code, out, errOut := runPlugin(t, nil, tc.args...)
 		assert.Equal(t, 2, code, tc.args)
@@ -117,4 +119,25 @@ func TestUsage(t *testing.T) {
 	code, out, errOut := runPlugin(t, nil, "--version")
 	assert.Equal(t, 0, code, errOut)
 	assert.Equal(t, "efakit-plugin dev\n", out)
+}
+
+// TestKubeAPIRateFromEnv: the API client's rate from KUBE_API_QPS and
+// KUBE_API_BURST where no flag sets it, a value that does not parse named
+// as a usage error, a flag winning over its variable.
+func TestKubeAPIRateFromEnv(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := runPlugin(t, []string{"KUBE_API_QPS=fifty"}, "--node-name", "n1")
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, `efakit-plugin: KUBE_API_QPS="fifty": not a number`)
+	code, _, errOut = runPlugin(t, []string{"KUBE_API_BURST=1.5"}, "--node-name", "n1")
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, `efakit-plugin: KUBE_API_BURST="1.5": not an integer`)
+	// The flag set: the variable is not read; the next thing is the
+	// cluster (none here).
+	code, _, errOut = runPlugin(t, []string{"KUBE_API_QPS=fifty"}, "--node-name", "n1", "--kube-api-qps", "20")
+	assert.Equal(t, 1, code, errOut)
+	assert.Contains(t, errOut, "unable to load in-cluster configuration")
+	code, _, errOut = runPlugin(t, []string{"KUBE_API_QPS=0"}, "--node-name", "n1")
+	assert.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, "--kube-api-qps 0: must be above 0")
 }

@@ -126,6 +126,22 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 	require.NoError(t, err)
 	plugin, admin := pc.ResourceV1().ResourceSlices(), c.client.ResourceV1().ResourceSlices()
 
+	// Least privilege: the plugin's token reads no Pod, not another
+	// node's, not its own node's, not even its own pod (the kubelet's
+	// PodResources API tells it which containers use which claims).
+	other, err := c.client.CoreV1().Pods("efakit").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "workload-b"},
+		Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "train", Image: "train",
+			Env: []corev1.EnvVar{{Name: "WANDB_API_KEY", Value: "inline-secret"}}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, name := range []string{other.Name, pod.Name} {
+		_, err := pc.CoreV1().Pods("efakit").Get(ctx, name, metav1.GetOptions{})
+		assert.True(t, apierrors.IsForbidden(err), "the plugin's token reads pod %s: %v", name, err)
+	}
+	_, err = pc.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
+	assert.True(t, apierrors.IsForbidden(err), "the plugin's token lists pods: %v", err)
+
 	// slice is a slice of driver on node, or of every node where node is "".
 	slice := func(driver, node string) *resourceapi.ResourceSlice {
 		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-" + node + "-"},

@@ -105,8 +105,12 @@ func TestChartRenders(t *testing.T) {
 		"/sys":                              {host: "/sys", hostType: corev1.HostPathDirectory, readOnly: true, recursive: ptr(corev1.RecursiveReadOnlyEnabled)},
 		"/var/lib/kubelet/plugins/dra.net":  {host: "/var/lib/kubelet/plugins/dra.net", hostType: corev1.HostPathDirectoryOrCreate},
 		"/var/lib/kubelet/plugins_registry": {host: "/var/lib/kubelet/plugins_registry", hostType: corev1.HostPathDirectoryOrCreate},
+		"/var/lib/kubelet/pod-resources":    {host: "/var/lib/kubelet/pod-resources", hostType: corev1.HostPathDirectory, readOnly: true},
 		"/var/run/cdi":                      {host: "/var/run/cdi", hostType: corev1.HostPathDirectoryOrCreate},
 	}, hostMounts(t, ds))
+	assert.Contains(t, c.Args, "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock")
+	assert.Contains(t, c.Args, "--kube-api-qps=50")
+	assert.Contains(t, c.Args, "--kube-api-burst=100")
 	assert.Contains(t, c.Args, "--kubelet-plugins-directory-path=/var/lib/kubelet/plugins", "the plugin finds its directory in it by the driver name")
 	env := map[string]*corev1.EnvVarSource{}
 	for _, e := range c.Env {
@@ -127,15 +131,12 @@ func TestChartRenders(t *testing.T) {
 	assert.Contains(t, keys, "efakit.io/efa-device-plugin DoesNotExist")
 	assert.Contains(t, keys, "eks.amazonaws.com/compute-type NotIn")
 
-	// Least privilege: no secrets, no wildcard; pods only read (the
-	// libfabric environment's container check); events only written (the
-	// Node's).
+	// Least privilege: no secrets, no pods (the kubelet's PodResources API
+	// says which containers use which claims), no wildcard; events only
+	// written (the Node's).
 	for _, r := range role.Rules {
 		for _, res := range r.Resources {
-			assert.Contains(t, []string{"resourceclaims", "resourceslices", "nodes", "pods", "events"}, res)
-			if res == "pods" {
-				assert.Equal(t, []string{"get"}, r.Verbs)
-			}
+			assert.Contains(t, []string{"resourceclaims", "resourceslices", "nodes", "events"}, res)
 			if res == "events" {
 				assert.Equal(t, []string{"create", "patch"}, r.Verbs)
 			}

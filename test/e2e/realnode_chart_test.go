@@ -108,7 +108,7 @@ func TestRealNodeChart(t *testing.T) {
 	require.NoError(t, os.MkdirAll(otherDriver, 0o750))
 	require.NoError(t, os.WriteFile(filepath.Join(otherDriver, "checkpoint.json"), []byte("{}"), 0o600))
 	values := fmt.Sprintf(`image: {repository: %s, tag: e2e, pullPolicy: Never}
-kubelet: {pluginsDir: %s, registrarDir: %s}
+kubelet: {pluginsDir: %s, registrarDir: %s, podResourcesDir: %s}
 cdiRoot: %s
 sysfsHostPath: %s
 metrics: {port: %d}
@@ -122,7 +122,7 @@ affinity:
       nodeSelectorTerms:
       - matchExpressions:
         - {key: kubernetes.io/hostname, operator: In, values: [%s]}
-`, chartImage, pluginsDir, filepath.Join(n.kubelet, "plugins_registry"), n.cdi, sysDir, port, apiPort, n.name)
+`, chartImage, pluginsDir, filepath.Join(n.kubelet, "plugins_registry"), filepath.Join(n.kubelet, "pod-resources"), n.cdi, sysDir, port, apiPort, n.name)
 	valuesFile := filepath.Join(n.dir, "values.yaml")
 	require.NoError(t, os.WriteFile(valuesFile, []byte(values), 0o644))
 	var objs []runtime.Object

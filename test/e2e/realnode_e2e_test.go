@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -375,7 +374,6 @@ func TestRealNodeP5(t *testing.T) {
 		}, 60*time.Second, 200*time.Millisecond)
 		n.deletePod(t, "all-efas-and-gpu")
 	})
-	t.Run("latency", func(t *testing.T) { n.podStartLatency(t, 100) })
 }
 
 // portState is the port state file of the EFA at addr in the plugin's
@@ -396,48 +394,6 @@ func (n *realNode) portState(t *testing.T, fixture, addr string) string {
 // rescan asks the plugin to scan its sysfs now (SIGHUP).
 func (n *realNode) rescan() {
 	require.NoError(n.t, n.procs["efakit-plugin"].Process.Signal(syscall.SIGHUP))
-}
-
-// podStartLatency creates pods one after another, each with a claim for
-// one EFA (the users' single-efa-claim), and measures from the create call
-// to the API showing the pod Running (asked every 20 ms): the controller manager's claim,
-// the scheduler's allocation, the kubelet's prepare through the plugin and
-// containerd's start with the CDI device. Each pod is deleted once it
-// runs. It prints the percentiles; it asserts nothing about them.
-func (n *realNode) podStartLatency(t *testing.T, pods int) {
-	ctx := context.Background()
-	var took []time.Duration
-	for i := range pods {
-		pod := n.printerPod(fmt.Sprintf("latency-%d", i), templateClaim("efa", "single-efa-claim"))
-		pod.Labels = map[string]string{"latency": "1"}
-		pod.Spec.Containers[0].Command = []string{"sleep", "100000"}
-		start := time.Now()
-		_, err := n.c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
-		require.NoError(t, err)
-		// Asked every 20 ms: a watch here was seen to end early.
-		for {
-			p, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, pod.Name, metav1.GetOptions{})
-			require.NoError(t, err)
-			if p.Status.Phase == corev1.PodRunning {
-				took = append(took, time.Since(start))
-				break
-			}
-			if time.Since(start) > 60*time.Second {
-				t.Fatalf("pod %s not running after 60 s: %+v\nkubelet:\n%s\nplugin:\n%s", pod.Name, p.Status, n.logTail("kubelet", 4000), n.logTail("efakit-plugin", 2000))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		zero := int64(0)
-		require.NoError(t, n.c.client.CoreV1().Pods(nodeNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
-	}
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-	pct := func(p float64) time.Duration { return took[int(math.Ceil(p*float64(len(took))))-1] }
-	t.Logf("pod start with one EFA claim (created to Running, real kubelet, containerd and runc on this machine): n=%d p50=%s p99=%s min=%s max=%s",
-		len(took), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
-	require.Eventually(t, func() bool {
-		l, err := n.c.client.CoreV1().Pods(nodeNS).List(ctx, metav1.ListOptions{LabelSelector: "latency=1"})
-		return err == nil && len(l.Items) == 0
-	}, 120*time.Second, 200*time.Millisecond, "the latency pods gone")
 }
 
 func runtimeRaw(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }

@@ -72,11 +72,13 @@ func (n *realNode) startEFAKit(fixture string, values ...string) {
 		"/sys":                              n.unpack(fixture),
 		"/var/lib/kubelet/plugins/dra.net":  filepath.Join(n.kubelet, "plugins", "dra.net"),
 		"/var/lib/kubelet/plugins_registry": filepath.Join(n.kubelet, "plugins_registry"),
+		"/var/lib/kubelet/pod-resources":    filepath.Join(n.kubelet, "pod-resources"),
 		"/var/run/cdi":                      n.cdi,
 	}
 	// The flag names the plugins directory; the chart mounts only the
 	// driver's directory in it.
-	inPod := map[string]string{"/var/lib/kubelet/plugins": filepath.Join(n.kubelet, "plugins")}
+	inPod := map[string]string{"/var/lib/kubelet/plugins": filepath.Join(n.kubelet, "plugins"),
+		"/var/lib/kubelet/pod-resources/kubelet.sock": filepath.Join(n.kubelet, "pod-resources", "kubelet.sock")}
 	for h, c := range cp.mounts {
 		to, ok := host[h]
 		require.True(t, ok, "the chart mounts %s from the host: map it to the node", h)

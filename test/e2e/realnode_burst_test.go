@@ -1,0 +1,450 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/efakit/efakit/driver"
+)
+
+// Pod start under load, through the real node: a node filling at once
+// (every pod of a burst created within a moment, as a Job or a
+// LeaderWorkerSet does), measured from each create call to the API
+// showing the pod Running, beside the same burst of pods without claims
+// (the runtime's floor on this machine), the two interleaved round by
+// round so that the machine's load falls on both alike. The test client
+// is unthrottled (client-go's default limiter would pace the creates and
+// the watch at 5 requests a second); the scheduler, the controller
+// manager and the kubelet run at their default client rates.
+//
+// Where the time goes, per pod, from the API (the pod's watch events) and
+// the components' logs (klog timestamps, one clock):
+//   - control plane: create to bound (claim made from its template,
+//     allocation, binding);
+//   - kubelet: bound to the kubelet's "SyncLoop ADD" (its watch), and ADD
+//     to the plugin's call arriving (the pod worker, the DRA manager's
+//     claim read);
+//   - helper: the call's arrival to the plugin's start on it (the
+//     kubelet-plugin helper reads the claim, then waits for the calls
+//     before it: it serializes them);
+//   - plugin: efakit's prepare (sysfs, CDI spec, checkpoint save);
+//   - runtime: the plugin's answer to Running (sandbox, CNI, container with
+//     its CDI devices, the kubelet's status update).
+//
+// It prints the percentiles; it asserts nothing about them (a shared
+// machine's timing is no test).
+
+// burstRounds is how many bursts of each kind a test runs:
+// EFAKIT_BURST_ROUNDS, 3 by default (make burst runs more).
+func burstRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("EFAKIT_BURST_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+// fastClient is a client of the control plane without client-go's rate
+// limiter.
+func (c *controlPlane) fastClient(t *testing.T) kubernetes.Interface {
+	cfg := rest.CopyConfig(c.config)
+	cfg.QPS, cfg.Burst = -1, 0
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return client
+}
+
+// podTimes is when one pod of a burst passed each step.
+type podTimes struct {
+	created, bound, running time.Time
+	// From the logs: the kubelet's SyncLoop ADD, and for a pod with a
+	// claim the plugin's call arriving, its start and its answer.
+	kubelet, arrived, started, prepared time.Time
+}
+
+// sleeperPod is a pod on the node that sleeps, with the given claims.
+func (n *realNode) sleeperPod(name, burst string, claims ...corev1.PodResourceClaim) *corev1.Pod {
+	pod := n.printerPod(name, claims...)
+	pod.Labels = map[string]string{"burst": burst}
+	pod.Spec.Containers[0].Command = []string{"sleep", "100000"}
+	return pod
+}
+
+// burst creates the pods at once (one goroutine each) and waits until all
+// run, then deletes them and waits until they are gone, their claims
+// unprepared and deleted. It returns each pod's times, by pod name.
+func (n *realNode) burst(t *testing.T, client kubernetes.Interface, pods []*corev1.Pod) map[string]*podTimes {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	burst := pods[0].Labels["burst"]
+	var mu sync.Mutex
+	times := map[string]*podTimes{}
+	for _, p := range pods {
+		times[p.Name] = &podTimes{}
+	}
+	running := 0
+	observe := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		pt := times[p.Name]
+		if pt == nil {
+			return
+		}
+		if p.Spec.NodeName != "" && pt.bound.IsZero() {
+			pt.bound = now
+		}
+		if p.Status.Phase == corev1.PodRunning && pt.running.IsZero() {
+			pt.running = now
+			running++
+		}
+	}
+	lw := cache.NewFilteredListWatchFromClient(client.CoreV1().RESTClient(), "pods", nodeNS, func(o *metav1.ListOptions) {
+		o.LabelSelector = "burst=" + burst
+	})
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, o any) { observe(o) }})
+	require.NoError(t, err)
+	go inf.Run(ctx.Done())
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
+
+	logStart := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(pods))
+	for _, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := time.Now()
+			if _, err := client.CoreV1().Pods(nodeNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			times[p.Name].created = at
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		mu.Lock()
+		done := running
+		mu.Unlock()
+		if done == len(pods) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("burst %s: %d of %d pods running after 3 minutes\nkubelet:\n%s\nplugin:\n%s", burst, done, len(pods),
+				n.logTail("kubelet", 4000), n.logTail("efakit-plugin", 3000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	claims := n.claimOwners(t, client, burst)
+	n.stepsFromLogs(t, logStart, times, claims)
+	n.endBurst(t, client, burst)
+	return times
+}
+
+// claimOwners maps the claims of a burst's pods (made from templates) to
+// their pods.
+func (n *realNode) claimOwners(t *testing.T, client kubernetes.Interface, burst string) map[string]string {
+	l, err := client.CoreV1().Pods(nodeNS).List(context.Background(), metav1.ListOptions{LabelSelector: "burst=" + burst})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, p := range l.Items {
+		for _, s := range p.Status.ResourceClaimStatuses {
+			if s.ResourceClaimName != nil {
+				out[*s.ResourceClaimName] = p.Name
+			}
+		}
+	}
+	return out
+}
+
+// endBurst deletes a burst's pods at once and waits until they are gone,
+// the plugin has unprepared their claims (no dra.net spec left in the CDI
+// directory) and the claim controller has deleted them: the next burst
+// finds the node empty.
+func (n *realNode) endBurst(t *testing.T, client kubernetes.Interface, burst string) {
+	t.Helper()
+	ctx := context.Background()
+	zero := int64(0)
+	require.NoError(t, client.CoreV1().Pods(nodeNS).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+		metav1.ListOptions{LabelSelector: "burst=" + burst}))
+	require.Eventually(t, func() bool {
+		l, err := client.CoreV1().Pods(nodeNS).List(ctx, metav1.ListOptions{LabelSelector: "burst=" + burst})
+		if err != nil || len(l.Items) > 0 {
+			return false
+		}
+		specs, _ := filepath.Glob(filepath.Join(n.cdi, "dra.net-*"))
+		if len(specs) > 0 {
+			return false
+		}
+		cl, err := client.ResourceV1().ResourceClaims(nodeNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range cl.Items {
+			for _, o := range c.OwnerReferences {
+				if o.Kind == "Pod" && strings.HasPrefix(o.Name, burst+"-") {
+					return false
+				}
+			}
+		}
+		return true
+	}, 3*time.Minute, 100*time.Millisecond, "burst %s ended: pods gone, claims unprepared and deleted; kubelet:\n%s", burst, n.logTail("kubelet", 3000))
+}
+
+// klogLine is a klog header and its message: I1201 20:44:11.123456 ...] msg
+var klogLine = regexp.MustCompile(`^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6})\s+\d+ [^\]]+\] (.*)$`)
+
+// klogTime is a klog header's time, in this year and the local zone (klog
+// writes local time).
+func klogTime(m []string) time.Time {
+	num := func(s string) int { v, _ := strconv.Atoi(s); return v }
+	now := time.Now()
+	return time.Date(now.Year(), time.Month(num(m[1])), num(m[2]), num(m[3]), num(m[4]), num(m[5]), num(m[6])*1000, time.Local)
+}
+
+var (
+	kubeletAdd  = regexp.MustCompile(`^"SyncLoop ADD" source="api" pods=\["` + nodeNS + `/([^"]+)"\]`)
+	pluginReady = regexp.MustCompile(`^"prepared" claim="` + nodeNS + `/([^"]+)".* duration="([^"]+)" waited="([^"]+)"`)
+)
+
+// stepsFromLogs fills in, from the kubelet's and the plugin's logs since
+// from, when the kubelet saw each pod and when the plugin's call for each
+// claim arrived, started and answered.
+func (n *realNode) stepsFromLogs(t *testing.T, from time.Time, times map[string]*podTimes, claimPod map[string]string) {
+	scan := func(name string, line func(at time.Time, msg string)) {
+		f, err := os.Open(filepath.Join(n.dir, name+".log"))
+		require.NoError(t, err)
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			m := klogLine.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			if at := klogTime(m); !at.Before(from.Add(-time.Second)) {
+				line(at, m[7])
+			}
+		}
+	}
+	scan("kubelet", func(at time.Time, msg string) {
+		if m := kubeletAdd.FindStringSubmatch(msg); m != nil {
+			if pt := times[m[1]]; pt != nil && pt.kubelet.IsZero() {
+				pt.kubelet = at
+			}
+		}
+	})
+	scan("efakit-plugin", func(at time.Time, msg string) {
+		m := pluginReady.FindStringSubmatch(msg)
+		if m == nil {
+			return
+		}
+		pt := times[claimPod[m[1]]]
+		if pt == nil || !pt.prepared.IsZero() {
+			return
+		}
+		took, err1 := time.ParseDuration(m[2])
+		waited, err2 := time.ParseDuration(m[3])
+		if err1 != nil || err2 != nil {
+			return
+		}
+		pt.prepared = at
+		pt.started = at.Add(-took)
+		pt.arrived = pt.started.Add(-waited)
+	})
+}
+
+// percentiles are a sample's p50, p90 and p99 (nearest rank) and its
+// count.
+type percentiles struct {
+	n             int
+	p50, p90, p99 time.Duration
+}
+
+func percentilesOf(ds []time.Duration) percentiles {
+	if len(ds) == 0 {
+		return percentiles{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	rank := func(p float64) time.Duration { return s[int(math.Ceil(p*float64(len(s))))-1] }
+	return percentiles{n: len(s), p50: rank(0.50), p90: rank(0.90), p99: rank(0.99)}
+}
+
+func (p percentiles) String() string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
+	return fmt.Sprintf("p50 %s s  p90 %s s  p99 %s s  (n=%d)", ms(p.p50), ms(p.p90), ms(p.p99), p.n)
+}
+
+// step is one segment of a pod's start.
+type step struct {
+	name     string
+	from, to func(*podTimes) time.Time
+}
+
+func between(all []map[string]*podTimes, s step) []time.Duration {
+	var out []time.Duration
+	for _, m := range all {
+		for _, pt := range m {
+			a, b := s.from(pt), s.to(pt)
+			if !a.IsZero() && !b.IsZero() {
+				out = append(out, b.Sub(a))
+			}
+		}
+	}
+	return out
+}
+
+var (
+	startSteps = []step{
+		{"total: created to Running", func(p *podTimes) time.Time { return p.created }, func(p *podTimes) time.Time { return p.running }},
+		{"control plane: created to bound", func(p *podTimes) time.Time { return p.created }, func(p *podTimes) time.Time { return p.bound }},
+		{"kubelet: bound to SyncLoop ADD", func(p *podTimes) time.Time { return p.bound }, func(p *podTimes) time.Time { return p.kubelet }},
+		{"node: SyncLoop ADD to Running", func(p *podTimes) time.Time { return p.kubelet }, func(p *podTimes) time.Time { return p.running }},
+	}
+	prepareSteps = []step{
+		{"  kubelet: ADD to the plugin's call", func(p *podTimes) time.Time { return p.kubelet }, func(p *podTimes) time.Time { return p.arrived }},
+		{"  helper: claim read, calls before it", func(p *podTimes) time.Time { return p.arrived }, func(p *podTimes) time.Time { return p.started }},
+		{"  plugin: efakit's prepare", func(p *podTimes) time.Time { return p.started }, func(p *podTimes) time.Time { return p.prepared }},
+		{"  runtime: prepared to Running", func(p *podTimes) time.Time { return p.prepared }, func(p *podTimes) time.Time { return p.running }},
+	}
+)
+
+// podStart runs rounds of a burst of size pods with the claims claimsOf
+// gives pod i, each round beside the same burst without claims (which of
+// the two goes first alternates), and prints the percentiles of each and
+// where the time went.
+func (n *realNode) podStart(t *testing.T, name string, size, rounds int, claimsOf func(i int) []corev1.PodResourceClaim) {
+	t.Helper()
+	client := n.c.fastClient(t)
+	var floor, claims []map[string]*podTimes
+	run := func(kind string, r int, withClaims bool) map[string]*podTimes {
+		burst := fmt.Sprintf("%s-%s-%d", name, kind, r)
+		var pods []*corev1.Pod
+		for i := range size {
+			var pcs []corev1.PodResourceClaim
+			if withClaims {
+				pcs = claimsOf(i)
+			}
+			pods = append(pods, n.sleeperPod(fmt.Sprintf("%s-%d", burst, i), burst, pcs...))
+		}
+		return n.burst(t, client, pods)
+	}
+	for r := range rounds {
+		if r%2 == 0 {
+			floor = append(floor, run("floor", r, false))
+			claims = append(claims, run("claims", r, true))
+		} else {
+			claims = append(claims, run("claims", r, true))
+			floor = append(floor, run("floor", r, false))
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pod start, %s: %d rounds of %d pods created at once, with claims and without (the floor), interleaved:\n", name, rounds, size)
+	for _, s := range startSteps {
+		fmt.Fprintf(&b, "  %-40s floor   %s\n", s.name, percentilesOf(between(floor, s)))
+		fmt.Fprintf(&b, "  %-40s claims  %s\n", "", percentilesOf(between(claims, s)))
+	}
+	for _, s := range prepareSteps {
+		fmt.Fprintf(&b, "  %-40s claims  %s\n", s.name, percentilesOf(between(claims, s)))
+	}
+	f, c := percentilesOf(between(floor, startSteps[0])), percentilesOf(between(claims, startSteps[0]))
+	fmt.Fprintf(&b, "  claims add %+.2f s to the floor's p50, %+.2f s to its p99", (c.p50 - f.p50).Seconds(), (c.p99 - f.p99).Seconds())
+	t.Log(b.String())
+}
+
+// burstRates are the plugin's API client rates the pod-start test runs
+// under: EFAKIT_BURST_RATES ("5/10,50/100": QPS/burst pairs), the chart's
+// default alone when unset.
+func burstRates(t *testing.T) [][2]string {
+	v := os.Getenv("EFAKIT_BURST_RATES")
+	if v == "" {
+		return [][2]string{{"", ""}}
+	}
+	var out [][2]string
+	for _, r := range strings.Split(v, ",") {
+		q, b, ok := strings.Cut(r, "/")
+		require.True(t, ok, "EFAKIT_BURST_RATES: %q is not QPS/burst", r)
+		out = append(out, [2]string{q, b})
+	}
+	return out
+}
+
+// TestRealNodePodStart: pods start on a p5 node filling at once (32
+// single-EFA pods; 8 pods each with a GPU and its 4 EFAs) and one after
+// another, and on a trn2 node (16 single-EFA pods), each beside the same
+// pods without claims; see podStart. make burst runs more rounds.
+func TestRealNodePodStart(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	single := func(int) []corev1.PodResourceClaim {
+		return []corev1.PodResourceClaim{templateClaim("efa", "single-efa-claim")}
+	}
+	t.Run("p5.48xlarge", func(t *testing.T) {
+		n := startRealNode(t, c)
+		n.ensureNamespace()
+		require.Len(t, n.startAccelDriver(p5Fixture), 8)
+		createSeed(t, c, "seed-claims.yaml")
+		createTemplates(t, c, p5Fixture, driver.GroupsNone, "efakit-")
+		for _, rate := range burstRates(t) {
+			name, values := "chart-default", []string(nil)
+			if rate[0] != "" {
+				name, values = "qps-"+rate[0]+"-burst-"+rate[1], []string{"--set", "kubeAPI.qps=" + rate[0], "--set", "kubeAPI.burst=" + rate[1]}
+			}
+			t.Run(name, func(t *testing.T) {
+				n.startEFAKit(p5Fixture, values...)
+				defer n.killEFAKit(syscall.SIGTERM)
+				n.waitEFAs(t, 32)
+				t.Run("burst-32-single-efa", func(t *testing.T) { n.podStart(t, "single", 32, burstRounds(), single) })
+				t.Run("burst-8-gpu-with-efas", func(t *testing.T) {
+					n.podStart(t, "gpu", 8, burstRounds(), func(int) []corev1.PodResourceClaim {
+						return []corev1.PodResourceClaim{templateClaim("c", "efakit-gpu-with-efas")}
+					})
+				})
+				t.Run("one-by-one", func(t *testing.T) { n.podStart(t, "one", 1, 10*burstRounds(), single) })
+			})
+		}
+	})
+	t.Run("trn2.48xlarge", func(t *testing.T) {
+		n := startRealNode(t, c)
+		n.ensureNamespace()
+		require.NotEmpty(t, n.startAccelDriver(trn2Fixture))
+		createSeed(t, c, "seed-claims.yaml")
+		n.startEFAKit(trn2Fixture)
+		defer n.killEFAKit(syscall.SIGTERM)
+		n.waitEFAs(t, 16)
+		t.Run("burst-16-single-efa", func(t *testing.T) { n.podStart(t, "trn2", 16, burstRounds(), single) })
+	})
+}
