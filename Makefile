@@ -51,6 +51,19 @@ e2e-deps:
 e2e: e2e-deps
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./...
 
+## burst: pod start through the real node, as make e2e runs it
+## (TestRealNodePodStart) with more rounds (BURSTROUNDS, 10) and the
+## plugin at client-go's default API client rate beside the chart's
+## (BURSTRATES, QPS/burst pairs): bursts of pods created at once on p5
+## and trn2 and one pod after another, each beside the same pods without
+## claims, with the percentiles and where the time went. About 25 minutes
+## with every binary built.
+BURSTROUNDS ?= 10
+BURSTRATES ?= 5/10,50/100
+.PHONY: burst
+burst: e2e-deps
+	cd test/e2e && EFAKIT_BURST_ROUNDS=$(BURSTROUNDS) EFAKIT_BURST_RATES=$(BURSTRATES) $(GO) test -count=1 -timeout 90m -run '^TestRealNodePodStart$$' -v .
+
 ## e2e-compat: the version matrix with Kubernetes 1.34 (test/e2e/k8s134,
 ## its kube-apiserver cached beside 1.37's as bin/v1.34.4): every fixture's
 ## slices on 1.34 and 1.37 servers, and the plugin's fallbacks on 1.34. Not

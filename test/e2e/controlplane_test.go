@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
@@ -27,6 +28,7 @@ import (
 type controlPlane struct {
 	dir    string
 	url    string
+	etcd   string // etcd's client URL
 	apiCmd []string // kube-apiserver and its arguments, for a restart
 	config *rest.Config
 	client kubernetes.Interface
@@ -145,6 +147,7 @@ func startControlPlaneOf(module string, apiArgs ...string) (*controlPlane, error
 		return nil, err
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	c.etcd = etcdURL
 	if err := c.start(etcd, "--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
 		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", peerPort)); err != nil {
@@ -208,7 +211,7 @@ func firstErr(errs ...error) error {
 
 func (c *controlPlane) start(bin string, args ...string) error {
 	cmd := exec.Command(bin, args...)
-	log, err := os.Create(filepath.Join(c.dir, filepath.Base(bin)+".log"))
+	log, err := os.OpenFile(filepath.Join(c.dir, filepath.Base(bin)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -244,6 +247,13 @@ func (c *controlPlane) waitReady(timeout time.Duration) error {
 // restartAPIServer stops kube-apiserver and starts it again on the same
 // port and etcd.
 func (c *controlPlane) restartAPIServer() error {
+	c.stopAPIServer()
+	return c.startAPIServer()
+}
+
+// stopAPIServer kills kube-apiserver (etcd, the scheduler and the
+// controller manager go on).
+func (c *controlPlane) stopAPIServer() {
 	for i, p := range c.procs {
 		if p.Path == c.apiCmd[0] {
 			_ = p.Process.Kill()
@@ -252,10 +262,50 @@ func (c *controlPlane) restartAPIServer() error {
 			break
 		}
 	}
+}
+
+// startAPIServer starts kube-apiserver again on its port and etcd, and
+// waits until it is ready.
+func (c *controlPlane) startAPIServer() error {
 	if err := c.start(c.apiCmd[0], c.apiCmd[1:]...); err != nil {
 		return err
 	}
 	return c.waitReady(90 * time.Second)
+}
+
+// compactEtcd moves etcd's revision on (a key of its own, efakit-e2e/
+// revision) and compacts its history up to there (its v3 JSON gateway), as
+// the API server compacts every five minutes: a watch that resumes from
+// any revision a client saw before is answered 410 Gone.
+func (c *controlPlane) compactEtcd() error {
+	post := func(path, body string) (map[string]any, error) {
+		resp, err := http.Post(c.etcd+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("etcd %s: %s: %v", path, resp.Status, out)
+		}
+		return out, nil
+	}
+	// A write outside the API server's keys moves the revision past
+	// everything any client has seen; the answer tells the revision.
+	r, err := post("/v3/kv/put", `{"key": "ZWZha2l0LWUyZS9yZXZpc2lvbg==", "value": "MQ=="}`)
+	if err != nil {
+		return err
+	}
+	h, _ := r["header"].(map[string]any)
+	rev, _ := h["revision"].(string)
+	if rev == "" {
+		return fmt.Errorf("etcd: no revision in %v", r)
+	}
+	_, err = post("/v3/kv/compaction", fmt.Sprintf(`{"revision": %q, "physical": true}`, rev))
+	return err
 }
 
 // logTail is the end of a process's log.
@@ -290,6 +340,9 @@ func TestMain(m *testing.M) {
 	}
 	if cp134 != nil {
 		cp134.stop()
+	}
+	if pluginBin != "" {
+		_ = os.RemoveAll(filepath.Dir(pluginBin))
 	}
 	os.Exit(code)
 }

@@ -25,6 +25,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/efakit/efakit/driver"
 )
 
 const chartImage = "ghcr.io/efakit/efakit-plugin"
@@ -200,6 +202,20 @@ affinity:
 	require.Len(t, got.Nodes, 1)
 	n.check(t, got, fixtureNodes(t, p5Fixture), claimsOf(claims), nil)
 	n.deletePod(t, "via-chart")
+	// The libfabric environment's check asks the node's kubelet (its
+	// PodResources API, mounted read-only; no Pod read from the API
+	// server): a claim with env: libfabric runs with its variables.
+	assert.Contains(t, strings.Split(mounts[filepath.Join(n.kubelet, "pod-resources")], ","), "ro", "the pod-resources directory, read-only")
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "chart-env", Namespace: nodeNS}}
+	tmpl.Spec.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 1}}}
+	tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"efa"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver.DefaultDriverName, Parameters: runtimeRaw(`{"apiVersion": "efakit.io/v1alpha1", "kind": "EFAConfig", "env": "libfabric"}`)}}}}
+	_, err = c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
+	require.NoError(t, createIgnoreExists(err))
+	withEnv, _ := n.run(t, n.printerPod("via-chart-env", templateClaim("efa", "chart-env")))
+	assert.Equal(t, "efa", withEnv.Env["FI_PROVIDER"], "the libfabric environment, checked through the kubelet")
+	assert.NotEmpty(t, withEnv.Env["FI_EFA_IFACE"])
+	n.deletePod(t, "via-chart-env")
 	logs, err := c.client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	require.NoError(t, err)
 	assert.Contains(t, string(logs), `"prepared"`, "the plugin pod prepared the claim")

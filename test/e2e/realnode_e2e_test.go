@@ -280,7 +280,17 @@ func TestRealNodeP5(t *testing.T) {
 	t.Run("fault/plugin-killed", func(t *testing.T) {
 		got, claims := n.run(t, n.printerPod("before-kill", templateClaim("efa", "single-efa-claim")))
 		n.killEFAKit(syscall.SIGKILL)
+		reg := func() []string {
+			m, _ := filepath.Glob(filepath.Join(n.kubelet, "plugins_registry", "dra.net-*-reg.sock"))
+			d, _ := filepath.Glob(filepath.Join(n.kubelet, "plugins", "dra.net", "dra-*.sock"))
+			return append(m, d...)
+		}
+		require.Len(t, reg(), 2, "the killed plugin's registration and DRA sockets stay")
 		n.startEFAKit(p5Fixture)
+		// The new pod (a new POD_UID) removed the killed pod's sockets,
+		// which the kubelet would have dialled with a back-off for ever.
+		assert.Len(t, reg(), 2, "one registration and one DRA socket: the new plugin's; %v", reg())
+		assert.Contains(t, n.logTail("efakit-plugin", 1<<20), "Removed sockets of plugin pods that are gone")
 		after, claims2 := n.run(t, n.printerPod("after-kill", templateClaim("efa", "single-efa-claim")))
 		n.check(t, after, nodes, claimsOf(claims2), nil)
 		assert.NotEqual(t, got.Nodes, after.Nodes, "the new pod gets another EFA: the first is still held")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -101,13 +100,12 @@ func (n *realNode) startEFAKit(fixture string, values ...string) {
 		n.setBootID("3d1f0c52-6a0e-4b8e-9a57-0c4f0d7e2b10")
 	}
 	args = append(args, "--kubeconfig="+filepath.Join(n.c.dir, "admin.kubeconfig"), "--proc="+filepath.Join(n.dir, "proc"))
-	cmd := exec.Command(bin, args...)
+	// In the node's mount namespace, as the DaemonSet's pod sees the
+	// kubelet's and the runtime's mounts (a CDI directory of its own).
+	cmd := n.inNamespace("efakit-plugin", append([]string{bin}, args...)...)
 	// As the DaemonSet's environment sets them.
 	cmd.Env = append(os.Environ(), "NODE_NAME="+n.name, "POD_UID="+string(types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", time.Now().UnixNano()%1e12))))
-	log := n.logFile("efakit-plugin")
-	fmt.Fprintf(log, "=== efakit-plugin %s\n", strings.Join(args, " "))
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	fmt.Fprintf(cmd.Stdout.(*os.File), "=== efakit-plugin %s\n", strings.Join(args, " "))
 	require.NoError(t, cmd.Start())
 	n.procs["efakit-plugin"] = cmd
 	n.pluginHTTP = fmt.Sprintf("http://127.0.0.1:%d", port)

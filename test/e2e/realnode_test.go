@@ -134,6 +134,7 @@ type realNode struct {
 	holder  *exec.Cmd // the process that holds the mount namespace
 	procs   map[string]*exec.Cmd
 	made    []string // host directories made as mount points
+	mounted []string // file systems the node mounted on the host (a small CDI directory)
 	sock    string   // containerd's socket
 	kubelet string   // the kubelet's root directory
 	cdi     string   // the CDI directory containerd reads
@@ -142,9 +143,23 @@ type realNode struct {
 	accel      []*accelDriver
 }
 
+// nodeOptions change a real node from the default.
+type nodeOptions struct {
+	// cdiSize, when set, makes the CDI directory a file system of its own
+	// of this size (a tmpfs: "1m"), mounted before containerd starts, so
+	// that a test can fill it or make it read-only.
+	cdiSize string
+}
+
 // startRealNode starts containerd and a kubelet and waits until the node
 // is Ready. Only one runs at a time: it takes the host name.
 func startRealNode(t *testing.T, c *controlPlane) *realNode {
+	t.Helper()
+	return startRealNodeWith(t, c, nodeOptions{})
+}
+
+// startRealNodeWith is startRealNode with options.
+func startRealNodeWith(t *testing.T, c *controlPlane, o nodeOptions) *realNode {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the real node needs root")
@@ -185,6 +200,14 @@ mount --bind %[1]s/sysctl/ten /proc/sys/kernel/panic
 mount --bind %[1]s/sysctl/one /proc/sys/kernel/panic_on_oops
 for p in %[2]s; do mount -t tmpfs -o mode=0755 tmpfs "$p"; done
 exec sleep infinity`, dir, strings.Join(hostPaths, " "))
+	if o.cdiSize != "" {
+		// On the host, before the node's namespace copies the host's
+		// mounts: the test reads and changes what the node sees.
+		out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+o.cdiSize+",mode=0755", "efakit-cdi", n.cdi).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		n.mounted = append(n.mounted, n.cdi)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "mounted"), []byte(n.cdi), 0o644))
+	}
 	n.holder = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
 	n.holder.Stderr = n.logFile("namespace")
 	n.holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -572,8 +595,17 @@ func (n *realNode) stop() {
 		_ = os.Remove(p)
 	}
 	n.made = nil
+	for _, m := range n.mounted {
+		_ = exec.Command("umount", "-l", m).Run()
+	}
+	n.mounted = nil
 	_ = n.c.client.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{})
 	_ = n.c.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
+	if os.Getenv("EFAKIT_E2E_KEEP") != "" {
+		// For a look at the logs afterwards.
+		fmt.Fprintf(os.Stderr, "real node kept in %s\n", n.dir)
+		return
+	}
 	_ = os.RemoveAll(n.dir)
 }
 
@@ -597,6 +629,9 @@ func cleanStaleNodes() {
 		}
 		(&realNode{}).killAll(func() []int { return cgroupPIDs("kubepods") })
 		removeCgroups("kubepods")
+		if m, err := os.ReadFile(filepath.Join(dir, "mounted")); err == nil {
+			_ = exec.Command("umount", "-l", strings.TrimSpace(string(m))).Run()
+		}
 		if made, err := os.ReadFile(filepath.Join(dir, "made")); err == nil {
 			for _, p := range strings.Fields(string(made)) {
 				_ = os.Remove(p)

@@ -66,9 +66,15 @@ func (c *controlPlane) startControllerManager() error {
 	// The DaemonSet controller and the root CA publisher (the
 	// kube-root-ca.crt ConfigMap a pod's service account token volume
 	// needs) run the chart's DaemonSet on the real node.
-	return c.start(filepath.Join(bins, "kube-controller-manager"), "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
+	args := []string{"--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
 		"--leader-elect=false", "--controllers=resourceclaim-controller,daemonset-controller,root-ca-certificate-publisher-controller",
-		"--root-ca-file", filepath.Join(c.dir, "certs", "apiserver.crt"), "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port))
+		"--root-ca-file", filepath.Join(c.dir, "certs", "apiserver.crt"), "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port)}
+	// EFAKIT_E2E_KCM_RATE=QPS/burst: the controller manager's client rate
+	// (its default is 20/30), to tell its share of a burst's start.
+	if q, b, ok := strings.Cut(os.Getenv("EFAKIT_E2E_KCM_RATE"), "/"); ok {
+		args = append(args, "--kube-api-qps", q, "--kube-api-burst", b)
+	}
+	return c.start(filepath.Join(bins, "kube-controller-manager"), args...)
 }
 
 // startScheduler runs the real kube-scheduler against the control plane.
