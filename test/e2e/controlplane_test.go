@@ -2,10 +2,10 @@ package e2e
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -28,7 +28,7 @@ import (
 type controlPlane struct {
 	dir    string
 	url    string
-	etcd   string // etcd's client URL
+	etcd   string   // etcd's client URL
 	apiCmd []string // kube-apiserver and its arguments, for a restart
 	config *rest.Config
 	client kubernetes.Interface
