@@ -52,13 +52,13 @@ e2e: e2e-deps
 	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./...
 
 ## burst: pod start through the real node, as make e2e runs it
-## (TestRealNodePodStart) with more rounds (BURSTROUNDS, 10) and the
+## (TestRealNodePodStart) with more rounds (BURSTROUNDS, 6) and the
 ## plugin at client-go's default API client rate beside the chart's
 ## (BURSTRATES, QPS/burst pairs): bursts of pods created at once on p5
 ## and trn2 and one pod after another, each beside the same pods without
 ## claims, with the percentiles and where the time went. About 25 minutes
 ## with every binary built.
-BURSTROUNDS ?= 10
+BURSTROUNDS ?= 6
 BURSTRATES ?= 5/10,50/100
 .PHONY: burst
 burst: e2e-deps

@@ -55,7 +55,7 @@ flags:
 // second, bursts of 10) held a node filling at once: the kubelet-plugin
 // helper reads each claim before it calls the plugin, so the eleventh pod
 // of a burst waited for the client's limiter, and the 32nd more than four
-// seconds (docs/performance.md, "Pod start"). These are the kubelet's
+// seconds (README, Performance, "Pod start"). These are the kubelet's
 // defaults: a node's worst burst (every EFA claimed at once: 32 claim
 // reads, the slices and a few Events) stays inside the burst.
 const (

@@ -131,7 +131,7 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 	// PodResources API tells it which containers use which claims).
 	other, err := c.client.CoreV1().Pods("efakit").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "workload-b"},
-		Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "train", Image: "train",
+		Spec: corev1.PodSpec{NodeName: "node-b", ServiceAccountName: "efakit-plugin", Containers: []corev1.Container{{Name: "train", Image: "train",
 			Env: []corev1.EnvVar{{Name: "WANDB_API_KEY", Value: "inline-secret"}}}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
