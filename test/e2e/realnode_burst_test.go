@@ -22,6 +22,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -137,6 +138,10 @@ func (n *realNode) burst(t *testing.T, client kubernetes.Interface, pods []*core
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, o any) { observe(o) }})
 	require.NoError(t, err)
 	go inf.Run(ctx.Done())
+	// Claims by their owner's UID, not its name: the claims of an earlier
+	// burst's pods of the same name may still be on their way out.
+	type claimSeen struct{ made, allocated time.Time }
+	seen := map[types.UID]*claimSeen{}
 	observeClaim := func(obj any) {
 		c, ok := obj.(*resourceapi.ResourceClaim)
 		if !ok {
@@ -146,15 +151,16 @@ func (n *realNode) burst(t *testing.T, client kubernetes.Interface, pods []*core
 		mu.Lock()
 		defer mu.Unlock()
 		for _, o := range c.OwnerReferences {
-			pt := times[o.Name]
-			if o.Kind != "Pod" || pt == nil {
+			if o.Kind != "Pod" || !strings.HasPrefix(o.Name, burst+"-") {
 				continue
 			}
-			if pt.claimMade.IsZero() {
-				pt.claimMade = now
+			cs := seen[o.UID]
+			if cs == nil {
+				cs = &claimSeen{made: now}
+				seen[o.UID] = cs
 			}
-			if c.Status.Allocation != nil && pt.allocated.IsZero() {
-				pt.allocated = now
+			if c.Status.Allocation != nil && cs.allocated.IsZero() {
+				cs.allocated = now
 			}
 		}
 	}
@@ -166,6 +172,7 @@ func (n *realNode) burst(t *testing.T, client kubernetes.Interface, pods []*core
 	require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, claimInf.HasSynced))
 
 	logStart := time.Now()
+	uids := map[types.UID]string{}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(pods))
 	for _, p := range pods {
@@ -173,12 +180,14 @@ func (n *realNode) burst(t *testing.T, client kubernetes.Interface, pods []*core
 		go func() {
 			defer wg.Done()
 			at := time.Now()
-			if _, err := client.CoreV1().Pods(nodeNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			made, err := client.CoreV1().Pods(nodeNS).Create(ctx, p, metav1.CreateOptions{})
+			if err != nil {
 				errs <- err
 				return
 			}
 			mu.Lock()
 			times[p.Name].created = at
+			uids[made.UID] = p.Name
 			mu.Unlock()
 		}()
 	}
@@ -201,6 +210,13 @@ func (n *realNode) burst(t *testing.T, client kubernetes.Interface, pods []*core
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	mu.Lock()
+	for uid, cs := range seen {
+		if name, ok := uids[uid]; ok {
+			times[name].claimMade, times[name].allocated = cs.made, cs.allocated
+		}
+	}
+	mu.Unlock()
 	claims := n.claimOwners(t, client, burst)
 	n.stepsFromLogs(t, logStart, times, claims)
 	n.endBurst(t, client, burst)
