@@ -20,9 +20,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/testfixture"
-	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -73,8 +72,8 @@ func otherDriverSlices(t *topology.Topology) []*resourceapi.ResourceSlice {
 	for _, d := range t.Accelerators() {
 		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 		if s, ok := t.StandardAttributes(d); ok {
-			attrs[driver.AttrPCIeRoot] = str(s.PCIeRoot)
-			attrs[driver.AttrPCIBusID] = str(s.PCIBusID)
+			attrs[resources.AttrPCIeRoot] = str(s.PCIeRoot)
+			attrs[resources.AttrPCIBusID] = str(s.PCIBusID)
 		}
 		if d.Kind == topology.KindGPU {
 			attrs["type"] = str("gpu")
@@ -82,10 +81,10 @@ func otherDriverSlices(t *topology.Topology) []*resourceapi.ResourceSlice {
 			continue
 		}
 		if g := d.Groups; g != nil {
-			attrs[driver.AttrGroup1] = str(g.Group1)
-			attrs[driver.AttrGroup4] = str(g.Group4)
-			attrs[driver.AttrGroup8] = str(g.Group8)
-			attrs[driver.AttrGroup16] = str(g.Group16)
+			attrs[resources.AttrGroup1] = str(g.Group1)
+			attrs[resources.AttrGroup4] = str(g.Group4)
+			attrs[resources.AttrGroup8] = str(g.Group8)
+			attrs[resources.AttrGroup16] = str(g.Group16)
 		}
 		neurons = append(neurons, resourceapi.Device{Name: fmt.Sprintf("neuron-%d", d.NeuronIndex), Attributes: attrs})
 	}
@@ -97,38 +96,13 @@ func otherDriverSlices(t *topology.Topology) []*resourceapi.ResourceSlice {
 	return []*resourceapi.ResourceSlice{mk("gpu.nvidia.com", gpus), mk("neuron.aws.com", neurons)}
 }
 
-// claimPaths are the users' claims: shared/claims beside the repository
-// when it is there (the acceptance input, as CI lays it out), else the copy
-// in testdata/claims, which TestClaimsCopyCurrent keeps equal.
+// claimPaths are the users' claims, as they apply them: testdata/claims.
 func claimPaths(t *testing.T) []string {
 	t.Helper()
-	for _, pattern := range []string{"../../shared/claims/*.yaml", "../testdata/claims/*.yaml"} {
-		paths, err := filepath.Glob(pattern)
-		require.NoError(t, err)
-		if len(paths) > 0 {
-			return paths
-		}
-	}
-	t.Fatal("no claims in ../shared/claims or testdata/claims")
-	return nil
-}
-
-// TestClaimsCopyCurrent: the copy under testdata/claims is the users'
-// claims of shared/claims, where that is present.
-func TestClaimsCopyCurrent(t *testing.T) {
-	t.Parallel()
-	shared, err := filepath.Glob("../../shared/claims/*.yaml")
+	paths, err := filepath.Glob("../testdata/claims/*.yaml")
 	require.NoError(t, err)
-	if len(shared) == 0 {
-		t.Skip("shared/claims is not beside this checkout; testdata/claims is used")
-	}
-	for _, p := range shared {
-		want, err := os.ReadFile(p)
-		require.NoError(t, err)
-		got, err := os.ReadFile(filepath.Join("..", "testdata", "claims", filepath.Base(p)))
-		require.NoError(t, err, "copy %s to testdata/claims", p)
-		assert.Equal(t, string(want), string(got), "testdata/claims/%s differs from %s", filepath.Base(p), p)
-	}
+	require.NotEmpty(t, paths, "no claims in testdata/claims")
+	return paths
 }
 
 // loadClaims reads the users' claims: each ResourceClaimTemplate becomes the
@@ -198,10 +172,10 @@ func allocate(t *testing.T, fixture string, efaClass *resourceapi.DeviceClass, c
 	require.NoError(t, err)
 	topo, err := topology.Scan(root)
 	require.NoError(t, err)
-	cfg := driver.Config{NodeName: node}
-	res, err := driver.Resources(topo, (*pcie.Names)(nil), cfg)
+	cfg := resources.Config{NodeName: node}
+	res, err := resources.Build(topo, cfg)
 	require.NoError(t, err)
-	slices := driver.Slices(res, cfg)
+	slices := resources.Slices(res, cfg)
 	for i, s := range slices {
 		s.Name = fmt.Sprintf("%sslice%d", s.GenerateName, i)
 	}
@@ -252,7 +226,7 @@ func TestClaimsWithRealAllocator(t *testing.T) {
 	t.Parallel()
 	claims := loadClaims(t)
 	require.Contains(t, claims, "aligned-efa-nvidia")
-	ours := driver.DeviceClasses("", "")[0]
+	ours := resources.DeviceClasses("", "")[0]
 	for name, path := range testfixture.Captures(t, "..") {
 		root, err := sysfs.Open(path)
 		require.NoError(t, err)
@@ -280,8 +254,8 @@ func TestClaimsWithRealAllocator(t *testing.T) {
 				} else {
 					require.NotNil(t, o.result)
 					e, g := o.byReq["1-efa"][0], o.byReq["1-gpu"][0]
-					assert.Equal(t, o.attr(g, driver.AttrPCIeRoot), o.attr(e, driver.AttrPCIeRoot))
-					assert.NotEmpty(t, o.attr(e, driver.AttrPCIeRoot))
+					assert.Equal(t, o.attr(g, resources.AttrPCIeRoot), o.attr(e, resources.AttrPCIeRoot))
+					assert.NotEmpty(t, o.attr(e, resources.AttrPCIeRoot))
 				}
 
 				// Four EFAs in one claim that several pods share.
@@ -305,10 +279,10 @@ func TestClaimsWithRealAllocator(t *testing.T) {
 					// The four EFAs are those of the four Neuron devices.
 					var efas, attached []string
 					for _, e := range o.byReq["4-efas"] {
-						efas = append(efas, o.attr(e, driver.AttrPCIBusID))
+						efas = append(efas, o.attr(e, resources.AttrPCIBusID))
 					}
 					for _, n := range o.byReq["4-neurons"] {
-						attached = append(attached, o.attr(n, driver.AttrGroup1))
+						attached = append(attached, o.attr(n, resources.AttrGroup1))
 					}
 					sort.Strings(efas)
 					sort.Strings(attached)

@@ -12,6 +12,7 @@ import (
 	"github.com/efakit/efakit/driver/checkpoint"
 
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -27,14 +28,14 @@ func BenchmarkResources(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := driver.Config{NodeName: "node-1"}
+	cfg := resources.Config{NodeName: "node-1"}
 	b.ReportAllocs()
 	for b.Loop() {
-		res, err := driver.Resources(topo, nil, cfg)
+		res, err := resources.Build(topo, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		_ = driver.Slices(res, cfg)
+		_ = resources.Slices(res, cfg)
 	}
 }
 
@@ -51,7 +52,7 @@ func BenchmarkPrepare4(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w,
+	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
 		Store: checkpoint.NewStore(b.TempDir()), BootID: bootA})
 	if err != nil {
 		b.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -26,7 +27,7 @@ import (
 // a slice with numaNode in list form, as the slice controller hands it on
 // (the field path and message of kube-apiserver 1.34's validation).
 func numaRefusal(device int) error {
-	path := field.NewPath("spec", "devices").Index(device).Child("attributes").Key(string(driver.AttrNUMANode))
+	path := field.NewPath("spec", "devices").Index(device).Child("attributes").Key(string(resources.AttrNUMANode))
 	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "resource.k8s.io", Kind: "ResourceSlice"}, "n-0",
 		field.ErrorList{field.Required(path, "exactly one value must be specified")})
 	return fmt.Errorf("%w: create resource slice: %w", kubeletplugin.ErrRecoverable, invalid)
@@ -43,7 +44,7 @@ func TestNUMAListFallsBack(t *testing.T) {
 		require.NoError(t, err)
 		w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 		require.NoError(t, err)
-		p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: driver.Config{NodeName: node, NUMAList: true},
+		p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, NUMAList: true},
 			SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
 		require.NoError(t, err)
 		var stopped error
@@ -56,7 +57,7 @@ func TestNUMAListFallsBack(t *testing.T) {
 	}
 	form := func(rec *recorder) (list, scalar int) {
 		for _, d := range lastDevices(rec) {
-			a := d.Attributes[driver.AttrNUMANode]
+			a := d.Attributes[resources.AttrNUMANode]
 			if a.IntValues != nil {
 				list++
 			}
@@ -83,7 +84,7 @@ func TestNUMAListFallsBack(t *testing.T) {
 	// A refusal of something else is no reason to change the form.
 	p, rec, _ = newPlugin(t)
 	other := apierrors.NewInvalid(schema.GroupKind{Group: "resource.k8s.io", Kind: "ResourceSlice"}, "n-0",
-		field.ErrorList{field.Invalid(field.NewPath("spec", "devices").Index(0).Child("attributes").Key(string(driver.AttrRDMADev)), "x", "too long")})
+		field.ErrorList{field.Invalid(field.NewPath("spec", "devices").Index(0).Child("attributes").Key(string(resources.AttrRDMADev)), "x", "too long")})
 	p.HandleError(context.Background(), fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, other), "publishing")
 	_, err = p.Rescan(context.Background())
 	require.NoError(t, err)
@@ -113,7 +114,7 @@ func TestDroppedCountersWithdrawn(t *testing.T) {
 	require.NoError(t, err)
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: driver.Config{NodeName: node, Groups: driver.GroupsMixed},
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
 		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
 	require.NoError(t, err)
 	var mu sync.Mutex

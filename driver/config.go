@@ -20,10 +20,10 @@ import (
 // a later value replacing an earlier one. A configuration that does not
 // decode is an error naming its source, so a typo never silently turns
 // into the default.
-func requestEnvs(alloc *resourceapi.AllocationResult, driverName string, requests []string) (map[string]EnvMode, error) {
-	out := make(map[string]EnvMode, len(requests))
+func requestEnvs(alloc *resourceapi.AllocationResult, driverName string, requests []string) (map[string]resources.EnvMode, error) {
+	out := make(map[string]resources.EnvMode, len(requests))
 	for _, r := range requests {
-		out[r] = EnvNone
+		out[r] = resources.EnvNone
 	}
 	if alloc == nil {
 		return out, nil

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"github.com/efakit/efakit/driver/resources"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,13 +32,13 @@ func TestRequestEnvs(t *testing.T) {
 	}}}
 	got, err := requestEnvs(alloc, "dra.net", []string{"a", "b", "b/large", "c/small", "c/large", "d"})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]EnvMode{
-		"a": EnvLibfabric, "b": EnvNone, "b/large": EnvNone, "c/small": EnvNone, "c/large": EnvLibfabric, "d": EnvLibfabric,
+	assert.Equal(t, map[string]resources.EnvMode{
+		"a": resources.EnvLibfabric, "b": resources.EnvNone, "b/large": resources.EnvNone, "c/small": resources.EnvNone, "c/large": resources.EnvLibfabric, "d": resources.EnvLibfabric,
 	}, got)
 
 	got, err = requestEnvs(nil, "dra.net", []string{"a"})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]EnvMode{"a": EnvNone}, got, "the default")
+	assert.Equal(t, map[string]resources.EnvMode{"a": resources.EnvNone}, got, "the default")
 
 	alloc.Devices.Config = append(alloc.Devices.Config, opaque(resourceapi.AllocationConfigSourceClass, "dra.net", `{"kind":"EFAConfig"}`))
 	_, err = requestEnvs(alloc, "dra.net", []string{"a"})

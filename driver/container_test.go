@@ -24,7 +24,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -247,7 +247,7 @@ func (n *kubeletNode) uverbs(buses ...int) []string {
 	return out
 }
 
-// p5GPU are the buses of the four EFAs of each p5 GPU (HARDWARE.md).
+// p5GPU are the buses of the four EFAs of each p5 GPU (docs/hardware.md).
 func p5GPU(k int) []int {
 	b := 0x4f + 0x11*k
 	return []int{b, b + 1, b + 2, b + 3}
@@ -393,7 +393,7 @@ func TestContainerWholeNode(t *testing.T) {
 // TestContainerGroupDevice: a group device in each group mode gives the
 // container every member's node.
 func TestContainerGroupDevice(t *testing.T) {
-	for _, mode := range []driver.GroupMode{driver.GroupsExclusive, driver.GroupsMixed} {
+	for _, mode := range []resources.GroupMode{resources.GroupsExclusive, resources.GroupsMixed} {
 		t.Run(string(mode), func(t *testing.T) {
 			n := newNode(t, p5)
 			n.groups = mode

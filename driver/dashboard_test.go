@@ -278,7 +278,7 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("%q names %s, which the plugin does not export", e, n)
 				continue
 			}
-			// node is the scrape's target label (the README's relabelling).
+			// node is the scrape's target label (docs/operations.md's relabelling).
 			if label != "" && label != "node" {
 				assert.True(t, have[n][label], "%q: %s has no label %s", e, n, label)
 			}

@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/efakit/efakit/efa"
-	"github.com/efakit/efakit/sysfs"
 )
 
 // Defaults of EFAMetrics.
@@ -67,10 +66,19 @@ type EFAMetrics struct {
 	lastErr map[string]string // by RDMA device: the errors last logged
 }
 
-// efaTarget is one EFA to read and the values of its efaLabels.
+// efaTarget is one EFA to read and what its series are labelled with.
 type efaTarget struct {
-	dev    *efa.Device
-	labels []string
+	dev *efa.Device
+	// device is the RDMA device, pciAddress the PCI function, pcieRoot
+	// its root, draDevice the published device.
+	device, pciAddress, pcieRoot, draDevice string
+	// The claim the EFA is prepared for, "" when it is free.
+	claimNamespace, claimName, claimUID string
+}
+
+// labelValues are the target's values of efaLabels, in their order.
+func (t efaTarget) labelValues() []string {
+	return []string{t.device, t.pciAddress, t.pcieRoot, t.draDevice, t.claimNamespace, t.claimName, t.claimUID}
 }
 
 type efaSample struct {
@@ -258,9 +266,9 @@ func (m *EFAMetrics) run(r *efaRound, timeout time.Duration) {
 	started := 0
 	m.mu.Lock()
 	for _, t := range targets {
-		addr := t.labels[1]
+		addr := t.pciAddress
 		if m.pending[addr] {
-			stuck = append(stuck, t.labels[0])
+			stuck = append(stuck, t.device)
 			continue
 		}
 		m.pending[addr] = true
@@ -280,7 +288,7 @@ wait:
 	for len(got) < started {
 		select {
 		case rd := <-results:
-			got[rd.t.labels[1]] = rd
+			got[rd.t.pciAddress] = rd
 		case <-deadline.C:
 			timedOut = true
 			break wait
@@ -289,10 +297,10 @@ wait:
 	var late []string
 	var out []prometheus.Metric
 	for _, t := range targets {
-		rd, ok := got[t.labels[1]]
+		rd, ok := got[t.pciAddress]
 		if !ok {
-			if !slices.Contains(stuck, t.labels[0]) {
-				late = append(late, t.labels[0])
+			if !slices.Contains(stuck, t.device) {
+				late = append(late, t.device)
 			}
 			continue
 		}
@@ -318,24 +326,10 @@ func (m *EFAMetrics) read(t efaTarget) efaReading {
 	cs, err := t.dev.ReadCounters(m.sysfs)
 	rd.counters = cs
 	rd.errs = append(rd.errs, flatten(err)...)
-	r := sysfs.NewReader(m.sysfs)
 	for _, p := range t.dev.Ports {
-		pr := portReading{number: p.Number}
-		dir := fmt.Sprintf("%s/ports/%d", t.dev.IBPath, p.Number)
-		if s, err := r.ReadString(dir + "/state"); err != nil {
-			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/state", Err: sysfs.Cause(err)})
-		} else if st, err := efa.ParseEnumAttr(s); err != nil {
-			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/state", Err: err})
-		} else {
-			pr.state, pr.stateOK = st, true
-		}
-		if s, err := r.ReadString(dir + "/rate"); err != nil {
-			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/rate", Err: sysfs.Cause(err)})
-		} else if g, err := efa.ParseRate(s); err != nil {
-			rd.errs = append(rd.errs, &efa.Error{Device: t.dev.Name, File: dir + "/rate", Err: err})
-		} else {
-			pr.rateGbps, pr.rateOK = g, true
-		}
+		l, err := t.dev.ReadPortLink(m.sysfs, p.Number)
+		rd.errs = append(rd.errs, flatten(err)...)
+		pr := portReading{number: p.Number, state: l.State, stateOK: l.StateOK, rateGbps: l.RateGbps, rateOK: l.RateOK}
 		rd.ports = append(rd.ports, pr)
 	}
 	return rd
@@ -359,7 +353,7 @@ func flatten(err error) []error {
 // noteErrors counts a reading's errors and logs them when they differ
 // from the EFA's last (a damaged file is not logged on every scrape).
 func (m *EFAMetrics) noteErrors(logger klog.Logger, rd efaReading) {
-	dev := rd.t.labels[0]
+	dev := rd.t.device
 	if n := len(rd.errs); n > 0 {
 		m.readErrs.WithLabelValues(dev).Add(float64(n))
 	}
@@ -392,7 +386,7 @@ func (m *EFAMetrics) metricsOf(rd efaReading) []prometheus.Metric {
 	for _, c := range efa.KnownCounters() {
 		known[c.Name] = c.Port
 	}
-	base := rd.t.labels
+	base := rd.t.labelValues()
 	basePairs := labelPairs(efaLabels, base)
 	portPairs := map[int][]*dto.LabelPair{}
 	pairsOf := func(port int) ([]string, []*dto.LabelPair) {
@@ -523,9 +517,8 @@ func (p *Plugin) efaTargets() []efaTarget {
 	for _, n := range names {
 		inv := p.inventory[n]
 		o := owners[inv.PCIAddress]
-		out = append(out, efaTarget{dev: inv.EFA, labels: []string{
-			inv.RDMAName, inv.PCIAddress, inv.EFA.PCI.Root, n, o.ns, o.name, o.uid,
-		}})
+		out = append(out, efaTarget{dev: inv.EFA, device: inv.RDMAName, pciAddress: inv.PCIAddress, pcieRoot: inv.EFA.PCI.Root,
+			draDevice: n, claimNamespace: o.ns, claimName: o.name, claimUID: o.uid})
 	}
 	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
@@ -221,7 +222,7 @@ func TestEFAMetricsClaimLabels(t *testing.T) {
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
 	ctx := context.Background()
-	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node, Groups: driver.GroupsMixed},
+	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
 		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
 	require.NoError(t, err)
 	p.EFAMetrics.CacheFor = 0
@@ -449,7 +450,7 @@ func BenchmarkEFAMetricsScrape(b *testing.B) {
 	w, err := cdi.NewWriter(b.TempDir(), "dra.net")
 	require.NoError(b, err)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-		Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w,
+		Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
 		Store: checkpoint.NewStore(b.TempDir()), BootID: bootA,
 	})
 	require.NoError(b, err)

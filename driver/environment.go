@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/efakit/efakit/driver/resources"
 	"slices"
 	"sort"
 	"strings"
@@ -35,13 +36,13 @@ import (
 // whichever of the two is prepared second. With no libfabric environment
 // anywhere, the kubelet is not asked.
 func (p *Plugin) environment(ctx context.Context, c *resourceapi.ResourceClaim, claim checkpoint.Claim, call map[string]*resourceapi.ResourceClaim) (map[string][]string, error) {
-	envs, err := requestEnvs(c.Status.Allocation, p.cfg.driverName(), p.requestRefs(c))
+	envs, err := requestEnvs(c.Status.Allocation, p.cfg.Driver(), p.requestRefs(c))
 	if err != nil {
 		return nil, err
 	}
 	on := map[string]bool{}
 	for ref, mode := range envs {
-		if mode == EnvLibfabric {
+		if mode == resources.EnvLibfabric {
 			on[baseRequest(ref)] = true
 		}
 	}
@@ -74,12 +75,12 @@ func (p *Plugin) envElsewhere(c *resourceapi.ResourceClaim, call map[string]*res
 		if o.UID == c.UID || o.Status.Allocation == nil {
 			continue
 		}
-		envs, err := requestEnvs(o.Status.Allocation, p.cfg.driverName(), p.requestRefs(o))
+		envs, err := requestEnvs(o.Status.Allocation, p.cfg.Driver(), p.requestRefs(o))
 		if err != nil {
 			continue // refused when that claim is prepared
 		}
 		for _, m := range envs {
-			if m == EnvLibfabric {
+			if m == resources.EnvLibfabric {
 				return true
 			}
 		}
@@ -95,7 +96,7 @@ func (p *Plugin) requestRefs(c *resourceapi.ResourceClaim) []string {
 		return nil
 	}
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == p.cfg.driverName() && r.Pool == p.cfg.NodeName && !slices.Contains(out, r.Request) {
+		if r.Driver == p.cfg.Driver() && r.Pool == p.cfg.NodeName && !slices.Contains(out, r.Request) {
 			out = append(out, r.Request)
 		}
 	}
@@ -132,9 +133,9 @@ func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.Re
 		return nil
 	}
 	refs := p.requestRefs(o)
-	envs, _ := requestEnvs(o.Status.Allocation, p.cfg.driverName(), refs)
+	envs, _ := requestEnvs(o.Status.Allocation, p.cfg.Driver(), refs)
 	for _, ref := range refs {
-		s := source{claim: name, request: baseRequest(ref), env: envs[ref] == EnvLibfabric}
+		s := source{claim: name, request: baseRequest(ref), env: envs[ref] == resources.EnvLibfabric}
 		if !slices.Contains(out, s) {
 			out = append(out, s)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/driver/podresources/podresourcestest"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -69,7 +70,7 @@ func startPlugin(t *testing.T, fsys fs.ReadLinkFS, d dirs) (*driver.Plugin, *cdi
 	w, err := cdi.NewWriter(d.cdi, "dra.net")
 	require.NoError(t, err)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-		Config: driver.Config{NodeName: node}, SysfsRoot: fsys, CDI: w,
+		Config: resources.Config{NodeName: node}, SysfsRoot: fsys, CDI: w,
 		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data,
 	})
 	require.NoError(t, err)
@@ -249,7 +250,7 @@ func TestRestoreWaitsForLock(t *testing.T) {
 		if err != nil {
 			return
 		}
-		_, _ = driver.NewPlugin(context.Background(), driver.PluginOptions{Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w,
+		_, _ = driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
 			Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data})
 	}()
 	select {
@@ -272,7 +273,7 @@ func TestNewerCheckpointRefused(t *testing.T) {
 	require.NoError(t, err)
 	w, err := cdi.NewWriter(d.cdi, "dra.net")
 	require.NoError(t, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w,
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
 		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data})
 	assert.Nil(t, p)
 	require.ErrorIs(t, err, checkpoint.ErrNewerVersion)
@@ -360,7 +361,7 @@ func TestPrepareAfterForcedDelete(t *testing.T) {
 			w, err := cdi.NewWriter(d.cdi, "dra.net")
 			require.NoError(t, err)
 			p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-				Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w, KubeClient: fake.NewClientset(tc.api...),
+				Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w, KubeClient: fake.NewClientset(tc.api...),
 				Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data,
 			})
 			require.NoError(t, err)
@@ -427,7 +428,7 @@ func TestModuleReloadSeenAtRuntime(t *testing.T) {
 	w, err := cdi.NewWriter(d.cdi, "dra.net")
 	require.NoError(t, err)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-		Config: driver.Config{NodeName: node}, SysfsRoot: s, CDI: w, Pods: pods,
+		Config: resources.Config{NodeName: node}, SysfsRoot: s, CDI: w, Pods: pods,
 		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data,
 	})
 	require.NoError(t, err)

@@ -27,6 +27,7 @@ import (
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/podresources/podresourcestest"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -49,7 +50,7 @@ type kubeletNode struct {
 	conn    *grpc.ClientConn
 	rescan  chan struct{}
 	live    efa.Live
-	groups  driver.GroupMode
+	groups  resources.GroupMode
 	// pods is the kubelet's PodResources API: the pods it runs.
 	pods *podresourcestest.Server
 }
@@ -167,7 +168,7 @@ func (n *kubeletNode) start() {
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
 		n.done <- driver.Serve(ctx, driver.ServeOptions{
-			Config:             driver.Config{NodeName: node, Groups: n.groups},
+			Config:             resources.Config{NodeName: node, Groups: n.groups},
 			KubeClient:         n.client,
 			PodResourcesSocket: n.pods.Socket,
 			SysfsRoot:          n.fixture,
@@ -396,7 +397,7 @@ func TestKubeletRollingUpdate(t *testing.T) {
 		require.NoError(t, err)
 		w, err := cdi.NewWriter(n.cdiDir(), "dra.net")
 		require.NoError(t, err)
-		p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w,
+		p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
 			Store: checkpoint.NewStore(filepath.Join(n.dir, "plugins", "dra.net")), BootID: bootA})
 		require.NoError(t, err)
 		_, err = p.Rescan(ctx)

@@ -23,6 +23,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -52,7 +53,7 @@ func unhealthyNow(t *testing.T, p *driver.Plugin) map[string]string {
 func TestGroupHealthMemberLeaves(t *testing.T) {
 	t.Parallel()
 	full := edit(t, func(*sysfs.Entry) bool { return true })
-	for _, mode := range []driver.GroupMode{driver.GroupsExclusive, driver.GroupsMixed} {
+	for _, mode := range []resources.GroupMode{resources.GroupsExclusive, resources.GroupsMixed} {
 		for _, tc := range []struct {
 			name, drop, why string
 		}{
@@ -66,7 +67,7 @@ func TestGroupHealthMemberLeaves(t *testing.T) {
 				w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 				require.NoError(t, err)
 				p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-					Config: driver.Config{NodeName: node, Groups: mode}, SysfsRoot: s, CDI: w,
+					Config: resources.Config{NodeName: node, Groups: mode}, SysfsRoot: s, CDI: w,
 					Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
 				})
 				require.NoError(t, err)
@@ -77,7 +78,7 @@ func TestGroupHealthMemberLeaves(t *testing.T) {
 				require.NoError(t, err)
 				group := ""
 				for name, d := range lastDevices(rec) {
-					if m := d.Attributes[driver.AttrMembers].StringValue; m != nil && strings.Contains(*m, "rdmap80s0") {
+					if m := d.Attributes[resources.AttrMembers].StringValue; m != nil && strings.Contains(*m, "rdmap80s0") {
 						group = name
 					}
 				}

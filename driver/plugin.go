@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/efakit/efakit/driver/resources"
 	"io/fs"
 	"sync"
 	"time"
@@ -30,7 +31,7 @@ type Publisher interface {
 // EFAs, and prepares claims through CDI specs and a checkpoint. It
 // implements kubeletplugin.DRAPlugin.
 type Plugin struct {
-	cfg    Config
+	cfg    resources.Config
 	sysfs  fs.ReadLinkFS
 	cdi    *cdi.Writer
 	store  *checkpoint.Store
@@ -131,7 +132,7 @@ type deviceHealth struct {
 
 // PluginOptions are what NewPlugin needs.
 type PluginOptions struct {
-	Config Config
+	Config resources.Config
 	// SysfsRoot is the sysfs to scan (the host's /sys, mounted read-only).
 	SysfsRoot fs.ReadLinkFS
 	CDI       *cdi.Writer

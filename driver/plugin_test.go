@@ -19,6 +19,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -65,7 +66,7 @@ func newTestPlugin(t *testing.T, fsys fs.ReadLinkFS) *driver.Plugin {
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-		Config: driver.Config{NodeName: node}, SysfsRoot: fsys, CDI: w,
+		Config: resources.Config{NodeName: node}, SysfsRoot: fsys, CDI: w,
 		Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
 	})
 	require.NoError(t, err)
@@ -180,7 +181,7 @@ func TestPrepareGroup(t *testing.T) {
 	w, err := cdi.NewWriter(dir, "dra.net")
 	require.NoError(t, err)
 	ctx := context.Background()
-	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node, Groups: driver.GroupsMixed},
+	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
 		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
 	require.NoError(t, err)
 	_, err = p.Rescan(ctx)
@@ -218,7 +219,7 @@ func TestDroppedCountersStop(t *testing.T) {
 	require.NoError(t, err)
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: driver.Config{NodeName: node, Groups: driver.GroupsMixed},
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
 		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
 	require.NoError(t, err)
 	var stopped error

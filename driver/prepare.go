@@ -165,7 +165,7 @@ func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
 	}
 	var out []wanted
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != p.cfg.driverName() {
+		if r.Driver != p.cfg.Driver() {
 			continue
 		}
 		if r.Pool != p.cfg.NodeName {
@@ -465,7 +465,7 @@ func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool)
 		}
 		why = "the claim is allocated other devices"
 		for _, r := range cur.Status.Allocation.Devices.Results {
-			if r.Driver == p.cfg.driverName() && r.Pool == p.cfg.NodeName && holds[r.Device] {
+			if r.Driver == p.cfg.Driver() && r.Pool == p.cfg.NodeName && holds[r.Device] {
 				why = ""
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 )
 
@@ -153,7 +154,7 @@ func servePlugin(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) erro
 	ready, done := make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- driver.Serve(ctx, driver.ServeOptions{
-			Config: driver.Config{NodeName: node}, KubeClient: client, SysfsRoot: p5, ProcRoot: proc,
+			Config: resources.Config{NodeName: node}, KubeClient: client, SysfsRoot: p5, ProcRoot: proc,
 			CDIRoot: filepath.Join(cdiDir, "cdi"), RegistrarDir: filepath.Join(dataDir, "reg"),
 			PluginsDir: filepath.Join(dataDir, "plugins"), Ready: ready, Live: efa.StaticLive{Mode: efa.NetnsShared},
 			Sync: sync,

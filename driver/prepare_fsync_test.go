@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -97,7 +98,7 @@ func TestCheckpointReadOnlyWhenChanged(t *testing.T) {
 		if count {
 			s.Open = func(name string) (*os.File, error) { opens.Add(1); return os.Open(name) }
 		}
-		p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w, Store: s, BootID: bootA})
+		p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w, Store: s, BootID: bootA})
 		require.NoError(t, err)
 		_, err = p.Rescan(ctx)
 		require.NoError(t, err)
@@ -161,7 +162,7 @@ func TestPrepareBatch(t *testing.T) {
 	s := checkpoint.NewStore(dataDir)
 	s.Sync = count
 	ctx := context.Background()
-	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: driver.Config{NodeName: node}, SysfsRoot: root, CDI: w, Store: s, BootID: bootA})
+	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w, Store: s, BootID: bootA})
 	require.NoError(t, err)
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)

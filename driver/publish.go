@@ -50,16 +50,16 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		if err != nil {
 			continue
 		}
-		inv[DeviceName(d.PCI.Address)] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name,
+		inv[resources.DeviceName(d.PCI.Address)] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name,
 			Major: d.EFA.Verbs.Major, Minor: d.EFA.Verbs.Minor,
 			PCIAddress: d.PCI.Address.String(), Attributes: dev.Attributes, EFA: d.EFA}
 	}
 	groups := map[string][]string{}
 	var groupAttrs = map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
-	if p.cfg.Groups != GroupsNone {
+	if p.cfg.Groups != resources.GroupsNone {
 		var members []*topology.Device
 		for _, d := range topo.Of(topology.KindEFA) {
-			if _, ok := inv[DeviceName(d.PCI.Address)]; ok {
+			if _, ok := inv[resources.DeviceName(d.PCI.Address)]; ok {
 				members = append(members, d)
 			}
 		}
@@ -150,7 +150,7 @@ func (p *Plugin) withHealth(res resourceslice.DriverResources) *resourceslice.Dr
 // applyHealth applies the plugin's health to the resources of a scan
 // (resources.ApplyHealth, pool by pool) and returns the count of
 // unhealthy devices.
-func applyHealth(res resourceslice.DriverResources, health map[string]deviceHealth, cfg Config, withhold bool) (*resourceslice.DriverResources, int) {
+func applyHealth(res resourceslice.DriverResources, health map[string]deviceHealth, cfg resources.Config, withhold bool) (*resourceslice.DriverResources, int) {
 	hs := make(map[string]resources.Health, len(health))
 	for name, h := range health {
 		hs[name] = resources.Health{Unhealthy: h.status == kubeletplugin.HealthStatusUnhealthy, Message: h.message, Reason: h.reason}
@@ -158,7 +158,7 @@ func applyHealth(res resourceslice.DriverResources, health map[string]deviceHeal
 	out := &resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(res.Pools))}
 	n := 0
 	for name, pool := range res.Pools {
-		p, k := resources.ApplyHealth(poolOf(name, pool), hs, resources.Config(cfg), withhold)
+		p, k := resources.ApplyHealth(poolOf(name, pool), hs, cfg, withhold)
 		out.Pools[name] = driverResources(p).Pools[name]
 		n += k
 	}
@@ -376,4 +376,22 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, rescan <-chan 
 			lastErr = err.Error()
 		}
 	}
+}
+
+// driverResources is a pool in the form the kubelet plugin helper takes.
+func driverResources(p resources.Pool) resourceslice.DriverResources {
+	pool := resourceslice.Pool{Generation: p.Generation, Slices: make([]resourceslice.Slice, len(p.Slices))}
+	for i, s := range p.Slices {
+		pool.Slices[i] = resourceslice.Slice{Devices: s.Devices, SharedCounters: s.SharedCounters}
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{p.Name: pool}}
+}
+
+// poolOf is the pool of the helper's form named name.
+func poolOf(name string, p resourceslice.Pool) resources.Pool {
+	out := resources.Pool{Name: name, Generation: p.Generation, Slices: make([]resources.Slice, len(p.Slices))}
+	for i, s := range p.Slices {
+		out.Slices[i] = resources.Slice{Devices: s.Devices, SharedCounters: s.SharedCounters}
+	}
+	return out
 }

@@ -19,16 +19,6 @@ import (
 	"github.com/efakit/efakit/driver/checkpoint"
 )
 
-// lockFileName is the kubelet plugin helper's lock file in the data
-// directory: with rolling updates, the helper holds it around every
-// prepare and unprepare call (etcd's fileutil.LockFile), and the old and
-// the new plugin pod share it.
-const lockFileName = "serialize.lock"
-
-// metadataDirName is where the helper keeps device-metadata files in the
-// data directory: <ns>_<claim>/<request>/metadata.json.
-const metadataDirName = "dra-device-metadata"
-
 // lockDataDir takes the helper's lock, so that restoring never runs
 // beside a prepare or unprepare of the plugin pod that is being replaced.
 func lockDataDir(dir string) (func(), error) {
@@ -138,7 +128,7 @@ func (p *Plugin) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
 	for _, d := range c.Devices {
 		if r := baseRequest(d.Request); !slices.Contains(reqs, r) {
 			reqs = append(reqs, r)
-			hosts = append(hosts, filepath.Join(p.dataDir, metadataDirName, c.Namespace+"_"+c.Name, r, "metadata.json"))
+			hosts = append(hosts, metadataFile(p.dataDir, c.Namespace, c.Name, r))
 		}
 	}
 	return reqs, hosts
@@ -186,9 +176,9 @@ func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []erro
 			}
 			continue
 		}
-		ctr := metadata.ResourceClaimFilePath(p.cfg.driverName(), c.Name, req)
+		ctr := metadata.ResourceClaimFilePath(p.cfg.Driver(), c.Name, req)
 		if pc := podClaimName(data); pc != "" {
-			ctr = metadata.ResourceClaimTemplateFilePath(p.cfg.driverName(), pc, req)
+			ctr = metadata.ResourceClaimTemplateFilePath(p.cfg.Driver(), pc, req)
 		}
 		if _, err := p.cdi.WriteMetadata(c.UID, req, host, ctr); err != nil {
 			errs = append(errs, err)
@@ -233,7 +223,7 @@ func (p *Plugin) removeDataLeftovers(errs *[]error) []string {
 	}
 	keep := map[string]bool{}
 	for _, c := range p.state.Claims {
-		keep[c.Namespace+"_"+c.Name] = true
+		keep[metadataClaimDir(c.Namespace, c.Name)] = true
 	}
 	dir := filepath.Join(p.dataDir, metadataDirName)
 	ents, err = os.ReadDir(dir)

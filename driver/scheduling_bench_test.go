@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -37,12 +37,12 @@ func BenchmarkSchedulingCost(b *testing.B) {
 				var nodeObjs []*v1.Node
 				for i := range nodes {
 					name := fmt.Sprintf("node-%d", i)
-					cfg := driver.Config{NodeName: name, Groups: mode}
-					res, err := driver.Resources(topo, nil, cfg)
+					cfg := resources.Config{NodeName: name, Groups: mode}
+					res, err := resources.Build(topo, cfg)
 					if err != nil {
 						b.Fatal(err)
 					}
-					for j, s := range driver.Slices(res, cfg) {
+					for j, s := range resources.Slices(res, cfg) {
 						s.Name = fmt.Sprintf("%s%d", s.GenerateName, j)
 						slices = append(slices, s)
 					}
@@ -54,20 +54,20 @@ func BenchmarkSchedulingCost(b *testing.B) {
 					nodeObjs = append(nodeObjs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 				}
 				cls := classes{}
-				for _, c := range append(driver.DeviceClasses("", ""), otherClasses...) {
+				for _, c := range append(resources.DeviceClasses("", ""), otherClasses...) {
 					cls[c.Name] = c
 				}
-				tms, _ := driver.ClaimTemplates(topo, mode, "")
+				tms, _ := resources.ClaimTemplates(topo, mode, "")
 				var claim *resourceapi.ResourceClaim
 				for _, tm := range tms {
-					if tm.Template.Name == "gpu-with-efas" || tm.Template.Name == "gpus-with-efa-group" && mode == driver.GroupsExclusive {
+					if tm.Template.Name == "gpu-with-efas" || tm.Template.Name == "gpus-with-efa-group" && mode == resources.GroupsExclusive {
 						claim = &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c", UID: "uid-c"}, Spec: *tm.Template.Spec.Spec.DeepCopy()}
 					}
 				}
 				if claim == nil {
 					b.Fatal("no template")
 				}
-				features := structured.Features{PartitionableDevices: mode == driver.GroupsMixed}
+				features := structured.Features{PartitionableDevices: mode == resources.GroupsMixed}
 				cache := cel.NewCache(10, cel.Features{})
 				ctx := context.Background()
 				b.ReportAllocs()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/efakit/efakit/driver/resources"
 	"net"
 	"net/http"
 	"os"
@@ -31,7 +32,7 @@ import (
 
 // ServeOptions are the plugin daemon's settings (cmd/efakit-plugin's flags).
 type ServeOptions struct {
-	Config     Config
+	Config     resources.Config
 	KubeClient kubernetes.Interface
 	// SysfsRoot is a directory or a capture file (tests run the plugin on
 	// a fixture).
@@ -119,11 +120,11 @@ func nodeCheck(client kubernetes.Interface, node string, allowDevicePlugin bool)
 		if err != nil {
 			return Verdict{}, fmt.Errorf("reading node %s: %w", node, err)
 		}
-		if v := n.Labels[AutoModeLabel]; v == AutoModeValue {
-			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), whose own DRA driver publishes its EFAs as dra.net: two publishers of one pool would fight; keep efakit off Auto Mode nodes (the chart's default affinity does)", node, AutoModeLabel, v)}, nil
+		if v := n.Labels[resources.AutoModeLabel]; v == resources.AutoModeValue {
+			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), whose own DRA driver publishes its EFAs as dra.net: two publishers of one pool would fight; keep efakit off Auto Mode nodes (the chart's default affinity does)", node, resources.AutoModeLabel, v)}, nil
 		}
-		if q, ok := n.Status.Capacity[DevicePluginResource]; ok && !q.IsZero() && !allowDevicePlugin {
-			return Verdict{Key: "device-plugin", Reason: fmt.Sprintf("node %s has %s %s from AWS's EFA device plugin, which owns these EFAs: remove the device plugin from this node (or run with --allow-with-device-plugin)", node, q.String(), DevicePluginResource)}, nil
+		if q, ok := n.Status.Capacity[resources.DevicePluginResource]; ok && !q.IsZero() && !allowDevicePlugin {
+			return Verdict{Key: "device-plugin", Reason: fmt.Sprintf("node %s has %s %s from AWS's EFA device plugin, which owns these EFAs: remove the device plugin from this node (or run with --allow-with-device-plugin)", node, q.String(), resources.DevicePluginResource)}, nil
 		}
 		return Verdict{}, nil
 	}
@@ -139,7 +140,7 @@ func publisherCheck(client kubernetes.Interface, driverName, node string) func(c
 		if err != nil {
 			return Verdict{}, fmt.Errorf("listing the %s ResourceSlices of node %s: %w", driverName, node, err)
 		}
-		if foreign := ForeignSlices(l.Items, driverName, node); len(foreign) > 0 {
+		if foreign := resources.ForeignSlices(l.Items, driverName, node); len(foreign) > 0 {
 			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("another %s driver publishes on node %s (%s): two publishers of one driver name fight over the node's slices; remove one of them", driverName, node, strings.Join(foreign, "; "))}, nil
 		}
 		return Verdict{}, nil
@@ -173,7 +174,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if o.Config.NodeName == "" {
 		return errors.New("node name is required")
 	}
-	driverName := o.Config.driverName()
+	driverName := o.Config.Driver()
 	dataDir := filepath.Join(o.PluginsDir, driverName)
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return err

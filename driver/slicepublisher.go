@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/efakit/efakit/driver/resources"
 	"sort"
 	"sync"
 	"time"
@@ -115,7 +116,7 @@ func (s *SlicePublisher) Withdraw(ctx context.Context) error {
 	var errs []error
 	for i := range list.Items {
 		sl := &list.Items[i]
-		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != s.NodeName || !OwnSlice(sl, s.DriverName) {
+		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != s.NodeName || !resources.OwnSlice(sl, s.DriverName) {
 			continue
 		}
 		if s.withdrawn == nil {
@@ -172,7 +173,7 @@ func (s *SlicePublisher) Watch(ctx context.Context, foreign func()) {
 		if !ok || sl.Spec.NodeName == nil || *sl.Spec.NodeName != s.NodeName {
 			return nil
 		}
-		if !OwnSlice(sl, s.DriverName) {
+		if !resources.OwnSlice(sl, s.DriverName) {
 			foreign()
 			return nil
 		}
@@ -232,7 +233,7 @@ func (s *SlicePublisher) repaired(logger klog.Logger) {
 	found := map[int]bool{}
 	for _, obj := range s.store.List() {
 		sl, ok := obj.(*resourceapi.ResourceSlice)
-		if !ok || !OwnSlice(sl, s.DriverName) {
+		if !ok || !resources.OwnSlice(sl, s.DriverName) {
 			continue
 		}
 		i := s.matches(sl)

@@ -35,20 +35,12 @@ const socketDialTimeout = time.Second
 // socket goes: a pod starting beside this one binds its socket a moment
 // before it listens.
 //
-// Registration sockets are this driver's by name, <driver>-reg.sock and
-// <driver>-*-reg.sock; the helper's shortest rolling-update form,
-// dra-<hash>-reg.sock, names no driver and is left alone. In the plugin's
-// own directory every dra.sock and dra-*.sock is this driver's.
+// Which sockets are this driver's: socketPatterns.
 func removeStaleSockets(ctx context.Context, registrar, dataDir, driverName string) []string {
 	logger := klog.FromContext(ctx)
 	var candidates []string
-	for _, g := range []struct{ dir, pattern string }{
-		{registrar, driverName + "-reg.sock"},
-		{registrar, driverName + "-*-reg.sock"},
-		{dataDir, "dra.sock"},
-		{dataDir, "dra-*.sock"},
-	} {
-		m, _ := filepath.Glob(filepath.Join(g.dir, g.pattern))
+	for _, pattern := range socketPatterns(registrar, dataDir, driverName) {
+		m, _ := filepath.Glob(pattern)
 		candidates = append(candidates, m...)
 	}
 	slices.Sort(candidates)

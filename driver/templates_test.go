@@ -17,7 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -37,18 +37,18 @@ type cluster struct {
 	n         int
 }
 
-func newCluster(t *testing.T, path string, mode driver.GroupMode) *cluster {
+func newCluster(t *testing.T, path string, mode resources.GroupMode) *cluster {
 	t.Helper()
 	root, err := sysfs.Open(path)
 	require.NoError(t, err)
 	topo, err := topology.Scan(root)
 	require.NoError(t, err)
-	cfg := driver.Config{NodeName: node, Groups: mode}
-	res, err := driver.Resources(topo, nil, cfg)
+	cfg := resources.Config{NodeName: node, Groups: mode}
+	res, err := resources.Build(topo, cfg)
 	require.NoError(t, err)
 	c := &cluster{t: t, topo: topo, classes: classes{}, allocated: sets.New[structured.DeviceID](), published: map[string]resourceapi.Device{},
-		features: structured.Features{PartitionableDevices: mode == driver.GroupsMixed}}
-	c.slices = driver.Slices(res, cfg)
+		features: structured.Features{PartitionableDevices: mode == resources.GroupsMixed}}
+	c.slices = resources.Slices(res, cfg)
 	for i, s := range c.slices {
 		s.Name = fmt.Sprintf("%sslice%d", s.GenerateName, i)
 	}
@@ -58,7 +58,7 @@ func newCluster(t *testing.T, path string, mode driver.GroupMode) *cluster {
 			c.published[s.Spec.Driver+"/"+d.Name] = d
 		}
 	}
-	for _, cl := range append(driver.DeviceClasses("", ""), otherClasses...) {
+	for _, cl := range append(resources.DeviceClasses("", ""), otherClasses...) {
 		c.classes[cl.Name] = cl
 	}
 	return c
@@ -109,7 +109,7 @@ func byRequest(r resourceapi.AllocationResult) map[string][]resourceapi.DeviceRe
 	return out
 }
 
-var modes = []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed}
+var modes = []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed}
 
 // TestTemplatesAllocate: every template `efakit claims` prints for a
 // machine allocates PerNode times on one node, each time with the right
@@ -121,7 +121,7 @@ func TestTemplatesAllocate(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", name, modeName(mode)), func(t *testing.T) {
 				t.Parallel()
 				probe := newCluster(t, path, mode)
-				tms, pod := driver.ClaimTemplates(probe.topo, mode, "")
+				tms, pod := resources.ClaimTemplates(probe.topo, mode, "")
 				if len(probe.topo.Of(topology.KindEFA)) == 0 {
 					assert.Empty(t, tms)
 					return
@@ -166,8 +166,8 @@ func TestTemplatesAllocate(t *testing.T) {
 	}
 }
 
-func modeName(m driver.GroupMode) string {
-	if m == driver.GroupsNone {
+func modeName(m resources.GroupMode) string {
+	if m == resources.GroupsNone {
 		return "singles"
 	}
 	return string(m)
@@ -187,22 +187,22 @@ func checkPairing(t *testing.T, c *cluster, what string, r resourceapi.Allocatio
 	}
 	for _, g := range append(reqs["gpu"], reqs["gpus"]...) {
 		for _, e := range efas {
-			assert.Equal(t, c.attr(g, driver.AttrPCIeRoot), c.attr(e, driver.AttrPCIeRoot), "%s: %s and %s", what, g.Device, e.Device)
+			assert.Equal(t, c.attr(g, resources.AttrPCIeRoot), c.attr(e, resources.AttrPCIeRoot), "%s: %s and %s", what, g.Device, e.Device)
 		}
 	}
 	if ns := reqs["neurons"]; len(ns) > 0 && len(ns) <= 4 {
 		var want, got []string
 		for _, n := range ns {
-			want = append(want, c.attr(n, driver.AttrGroup1))
+			want = append(want, c.attr(n, resources.AttrGroup1))
 		}
 		for _, e := range efas {
 			if !strings.HasPrefix(e.Device, "efa-group-") {
-				got = append(got, c.attr(e, driver.AttrPCIBusID))
+				got = append(got, c.attr(e, resources.AttrPCIBusID))
 				continue
 			}
 			// A group stands for every EFA of its root.
 			for _, d := range c.topo.Of(topology.KindEFA) {
-				if d.PCI.Root == c.attr(e, driver.AttrPCIeRoot) {
+				if d.PCI.Root == c.attr(e, resources.AttrPCIeRoot) {
 					got = append(got, d.PCI.Address.String())
 				}
 			}
@@ -241,14 +241,14 @@ func TestMixedNeverBoth(t *testing.T) {
 			t.Parallel()
 			path := "../testdata/sysfs/" + name + ".sysfs"
 			// Group first, then singles until none is left.
-			c := newCluster(t, path, driver.GroupsMixed)
-			groupTm := singleClaim(driver.DefaultGroupDeviceClass)
+			c := newCluster(t, path, resources.GroupsMixed)
+			groupTm := singleClaim(resources.DefaultGroupDeviceClass)
 			res, err := c.allocate(c.claim(groupTm))
 			require.NoError(t, err)
 			require.Len(t, res, 1)
 			group := res[0].Devices.Results[0]
 			require.True(t, strings.HasPrefix(group.Device, "efa-group-"))
-			root := c.attr(group, driver.AttrPCIeRoot)
+			root := c.attr(group, resources.AttrPCIeRoot)
 			nEFA := len(c.topo.Of(topology.KindEFA))
 			members := 0
 			for _, d := range c.topo.Of(topology.KindEFA) {
@@ -265,24 +265,24 @@ func TestMixedNeverBoth(t *testing.T) {
 				}
 				d := res[0].Devices.Results[0]
 				assert.True(t, strings.HasPrefix(d.Device, "efa-0"), "AWS's class selected %s", d.Device)
-				assert.NotEqual(t, root, c.attr(d, driver.AttrPCIeRoot), "member %s of the taken group %s", d.Device, group.Device)
+				assert.NotEqual(t, root, c.attr(d, resources.AttrPCIeRoot), "member %s of the taken group %s", d.Device, group.Device)
 				got++
 			}
 			assert.Equal(t, nEFA-members, got, "every EFA outside the group, none inside")
 
 			// A single first: its root's group is not available.
-			c = newCluster(t, path, driver.GroupsMixed)
-			res, err = c.allocate(c.claim(singleClaim(driver.DefaultDeviceClass)))
+			c = newCluster(t, path, resources.GroupsMixed)
+			res, err = c.allocate(c.claim(singleClaim(resources.DefaultDeviceClass)))
 			require.NoError(t, err)
 			single := res[0].Devices.Results[0]
-			taken := c.attr(single, driver.AttrPCIeRoot)
+			taken := c.attr(single, resources.AttrPCIeRoot)
 			for {
 				res, err := c.allocate(c.claim(groupTm))
 				require.NoError(t, err)
 				if len(res) == 0 {
 					break
 				}
-				assert.NotEqual(t, taken, c.attr(res[0].Devices.Results[0], driver.AttrPCIeRoot), "group of a root whose member %s is taken", single.Device)
+				assert.NotEqual(t, taken, c.attr(res[0].Devices.Results[0], resources.AttrPCIeRoot), "group of a root whose member %s is taken", single.Device)
 			}
 		})
 	}
@@ -293,16 +293,16 @@ func TestMixedNeverBoth(t *testing.T) {
 // single EFA.
 func TestGroupsWithoutGPU(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, "../testdata/sysfs/trn1.32xlarge.sysfs", driver.GroupsExclusive)
+	c := newCluster(t, "../testdata/sysfs/trn1.32xlarge.sysfs", resources.GroupsExclusive)
 	for range 4 {
-		res, err := c.allocate(c.claim(singleClaim(driver.DefaultGroupDeviceClass)))
+		res, err := c.allocate(c.claim(singleClaim(resources.DefaultGroupDeviceClass)))
 		require.NoError(t, err)
 		require.Len(t, res, 1)
 	}
-	res, err := c.allocate(c.claim(singleClaim(driver.DefaultGroupDeviceClass)))
+	res, err := c.allocate(c.claim(singleClaim(resources.DefaultGroupDeviceClass)))
 	require.NoError(t, err)
 	assert.Empty(t, res, "four roots, four groups")
-	c = newCluster(t, "../testdata/sysfs/trn1.32xlarge.sysfs", driver.GroupsExclusive)
+	c = newCluster(t, "../testdata/sysfs/trn1.32xlarge.sysfs", resources.GroupsExclusive)
 	res, err = c.allocate(c.claim(singleClaim(awsEFAClass.Name)))
 	require.NoError(t, err)
 	assert.Empty(t, res, "exclusive mode: no single EFA to select")

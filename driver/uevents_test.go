@@ -12,6 +12,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/host/uevent"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -76,7 +77,7 @@ func BenchmarkUeventRescan(b *testing.B) {
 	w, err := cdi.NewWriter(b.TempDir(), "dra.net")
 	require.NoError(b, err)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-		Config: driver.Config{NodeName: node}, SysfsRoot: s, CDI: w,
+		Config: resources.Config{NodeName: node}, SysfsRoot: s, CDI: w,
 		Store: checkpoint.NewStore(b.TempDir()), BootID: bootA,
 	})
 	require.NoError(b, err)

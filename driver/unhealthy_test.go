@@ -20,6 +20,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -106,7 +107,7 @@ func TestUnhealthyGroup(t *testing.T) {
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-		Config: driver.Config{NodeName: node, Groups: driver.GroupsExclusive}, SysfsRoot: portDown(t, "60"), CDI: w,
+		Config: resources.Config{NodeName: node, Groups: resources.GroupsExclusive}, SysfsRoot: portDown(t, "60"), CDI: w,
 		Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
 	})
 	require.NoError(t, err)
@@ -275,10 +276,10 @@ func TestPublishedResourcesTaint(t *testing.T) {
 	t.Parallel()
 	topo, err := topology.Scan(portDown(t, "50"))
 	require.NoError(t, err)
-	res, err := driver.PublishedResources(topo, nil, driver.Config{NodeName: node})
+	res, err := resources.Published(topo, resources.Config{NodeName: node})
 	require.NoError(t, err)
 	tainted := map[string]string{}
-	for _, s := range res.Pools[node].Slices {
+	for _, s := range res.Slices {
 		for _, d := range s.Devices {
 			for _, tn := range d.Taints {
 				tainted[d.Name] = tn.Key + "=" + tn.Value + ":" + string(tn.Effect)

@@ -88,3 +88,44 @@ func ParseCounter(s string) (uint64, error) {
 	}
 	return v, nil
 }
+
+// PortLink is a port's state and link rate as read at one moment.
+type PortLink struct {
+	State    string  // "ACTIVE", "DOWN", ...; "" when unknown
+	RateGbps float64 // 0 when unknown
+	// StateOK and RateOK say the value was read.
+	StateOK, RateOK bool
+}
+
+// ReadPortLink reads a port's state and rate now (ports/<n>/state and
+// rate): a link may go down while the device is watched, after discovery
+// read them. A file that is missing or damaged leaves its value unknown,
+// with an error naming the device and the file. Pass the root the device
+// was discovered in.
+func (d *Device) ReadPortLink(fsys fs.ReadLinkFS, port int) (PortLink, error) {
+	r := sysfs.NewReader(fsys)
+	dir := fmt.Sprintf("%s/ports/%d", d.IBPath, port)
+	var l PortLink
+	var errs []error
+	s, err := r.ReadString(dir + "/state")
+	if err == nil {
+		l.State, err = ParseEnumAttr(s)
+	}
+	if err != nil {
+		l.State = ""
+		errs = append(errs, &Error{Device: d.Name, File: dir + "/state", Err: sysfs.Cause(err)})
+	} else {
+		l.StateOK = true
+	}
+	s, err = r.ReadString(dir + "/rate")
+	if err == nil {
+		l.RateGbps, err = ParseRate(s)
+	}
+	if err != nil {
+		l.RateGbps = 0
+		errs = append(errs, &Error{Device: d.Name, File: dir + "/rate", Err: sysfs.Cause(err)})
+	} else {
+		l.RateOK = true
+	}
+	return l, errors.Join(errs...)
+}

@@ -131,7 +131,7 @@ func byName(ds []*efa.Device) map[string]*efa.Device {
 	return m
 }
 
-// TestHardwareFacts checks discovery against shared/HARDWARE.md, written out
+// TestHardwareFacts checks discovery against docs/hardware.md, written out
 // here by hand rather than taken from a golden file.
 func TestHardwareFacts(t *testing.T) {
 	t.Parallel()
@@ -167,7 +167,7 @@ func TestHardwareFacts(t *testing.T) {
 		res := scan("p5.48xlarge")
 		require.Len(t, res.EFAs, 32)
 		m := byName(res.EFAs)
-		// GPU k's four EFAs: table of HARDWARE.md.
+		// GPU k's four EFAs: table of docs/hardware.md.
 		firstBus := []int{0x4f, 0x60, 0x71, 0x82, 0x93, 0xa4, 0xb5, 0xc6}
 		for k, fb := range firstBus {
 			for j := range 4 {

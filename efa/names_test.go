@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -161,24 +161,22 @@ func scanAll(t *testing.T, fsys fs.ReadLinkFS) (*topology.Topology, *efa.Result,
 // name or attribute holds bad, and every string is printable.
 func published(t *testing.T, topo *topology.Topology, bad string) {
 	t.Helper()
-	for _, mode := range []driver.GroupMode{driver.GroupsNone, driver.GroupsMixed} {
-		res, _ := driver.PublishedResources(topo, nil, driver.Config{NodeName: "node-1", Groups: mode})
+	for _, mode := range []resources.GroupMode{resources.GroupsNone, resources.GroupsMixed} {
+		res, _ := resources.Published(topo, resources.Config{NodeName: "node-1", Groups: mode})
 		n := 0
-		for _, pool := range res.Pools {
-			for _, s := range pool.Slices {
-				for _, d := range s.Devices {
-					n++
-					assert.NotContains(t, d.Name, bad)
-					for name, a := range d.Attributes {
-						var vals []string
-						if a.StringValue != nil {
-							vals = append(vals, *a.StringValue)
-						}
-						vals = append(vals, a.StringValues...)
-						for _, v := range vals {
-							assert.NotContains(t, v, bad, "attribute %s", name)
-							assert.NoError(t, pcie.CheckText(v), "attribute %s", name)
-						}
+		for _, s := range res.Slices {
+			for _, d := range s.Devices {
+				n++
+				assert.NotContains(t, d.Name, bad)
+				for name, a := range d.Attributes {
+					var vals []string
+					if a.StringValue != nil {
+						vals = append(vals, *a.StringValue)
+					}
+					vals = append(vals, a.StringValues...)
+					for _, v := range vals {
+						assert.NotContains(t, v, bad, "attribute %s", name)
+						assert.NoError(t, pcie.CheckText(v), "attribute %s", name)
 					}
 				}
 			}

@@ -69,7 +69,7 @@ func TestGeneration(t *testing.T) {
 
 func TestEUI64(t *testing.T) {
 	t.Parallel()
-	// The GID of HARDWARE.md, fe80::14b0:33ff:fef8:77cd, comes from MAC
+	// The GID of docs/hardware.md, fe80::14b0:33ff:fef8:77cd, comes from MAC
 	// 16:b0:33:f8:77:cd (the universal/local bit flipped).
 	assert.Equal(t, "fe80:0000:0000:0000:14b0:33ff:fef8:77cd", eui64GID("16:b0:33:f8:77:cd"))
 	assert.Equal(t, "", eui64GID("16:b0:33:f8:77"))

@@ -261,7 +261,7 @@ func addrs(spec string) map[int]pcie.Address {
 	return out
 }
 
-// The tables of shared/HARDWARE.md, one address per Neuron index 0-15.
+// The tables of docs/hardware.md, one address per Neuron index 0-15.
 var tables = map[string]*Table{
 	"trn1": {Family: "trn1", Size: "32xlarge",
 		NeuronPCI: addrs("10:1b.0 10:1e.0 a0:1b.0 a0:1e.0 20:1e.0 20:1c.0 90:1e.0 90:1c.0 20:1d.0 20:1b.0 90:1d.0 90:1b.0 10:1c.0 10:1d.0 a0:1c.0 a0:1d.0"),

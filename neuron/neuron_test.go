@@ -48,7 +48,7 @@ func TestTables(t *testing.T) {
 	assert.Equal(t, []int{12, 13}, tb.NeuronsOf(a))
 	g, ok := tb.EFAGroups(a)
 	require.True(t, ok)
-	// shared/HARDWARE.md's known values for this EFA.
+	// docs/hardware.md's known values for this EFA.
 	assert.Equal(t, neuron.Groups{Group1: "0000:10:19.0", Group4: "178a9e264a26793e", Group8: "aa86c05423d6e8cd", Group16: "fb838249c99a6341"}, g)
 	n, ok := tb.NeuronGroups(13)
 	require.True(t, ok)

@@ -388,19 +388,14 @@ func TestMemFSErrors(t *testing.T) {
 	assert.Equal(t, []string{"b", "b-x"}, []string{ents[0].Name(), ents[1].Name()})
 }
 
-// TestREADMECapture: the capture the README shows, end marker included,
-// reads.
-func TestREADMECapture(t *testing.T) {
+// TestExampleCapture: the capture docs/library.md links, end marker
+// included, reads.
+func TestExampleCapture(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../README.md")
+	f, err := os.Open("testdata/example.capture")
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(b), "### The capture format\n")
-	require.True(t, ok)
-	_, block, ok := strings.Cut(section, "```\n")
-	require.True(t, ok)
-	block, _, ok = strings.Cut(block, "```\n")
-	require.True(t, ok)
-	es, err := sysfs.ParseCapture(strings.NewReader(block))
+	defer f.Close()
+	es, err := sysfs.ParseCapture(f)
 	require.NoError(t, err)
 	assert.Len(t, es, 4)
 }

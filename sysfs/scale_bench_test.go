@@ -15,7 +15,7 @@ import (
 
 // BenchmarkScaleCapture reads p5.48xlarge 1, 10 and 100 times over (40 to
 // 4,000 GPUs and EFAs) as captures in memory: ParseCapture then NewMemFS,
-// what sysfs.Open does with a capture file after reading it. The README
+// what sysfs.Open does with a capture file after reading it. docs/performance.md
 // gives the growth. cpu-ns/op is the process's CPU time (garbage
 // collection included), steadier than ns/op on a shared machine.
 func BenchmarkScaleCapture(b *testing.B) {

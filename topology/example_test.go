@@ -2,20 +2,16 @@ package topology_test
 
 import (
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"log"
 	"os"
 	"strings"
-	"testing"
 
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
-// Example is the README's "Library use" (TestReadmeLibraryUse keeps the two
-// the same), on a bundled p4d.24xlarge capture instead of /sys: every EFA
+// Example is the one docs/library.md starts from, on a bundled p4d.24xlarge
+// capture instead of /sys: every EFA
 // with its uverbs node, PCIe root, NUMA node and closest GPUs.
 func Example() {
 	root, err := sysfs.Open("../testdata/sysfs/p4d.24xlarge.sysfs") // /sys, a capture file or an unpacked capture
@@ -164,53 +160,4 @@ func ExampleTopology_StandardAttributes() {
 	// Output:
 	// p5.48xlarge rdmap79s0: pcieRoot=pci0000:44 pciBusID=0000:4f:00.0 numaNode=0
 	// g5.8xlarge efa_0: pcieRoot=pci0000:00 pciBusID=0000:00:06.0 numaNode=absent
-}
-
-// readmeFixture is the capture Example reads where the README reads /sys.
-const readmeFixture = `"../testdata/sysfs/p4d.24xlarge.sysfs"`
-
-// TestReadmeLibraryUse: the README's "Library use" block is the body of
-// Example, with /sys for the bundled capture, so that the README shows
-// code that compiles and runs.
-func TestReadmeLibraryUse(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n### Library use\n")
-	if !ok {
-		t.Fatal(`README.md has no "### Library use" section`)
-	}
-	_, block, ok := strings.Cut(section, "```go\n")
-	block, _, closed := strings.Cut(block, "```\n")
-	if !ok || !closed {
-		t.Fatal(`README.md's "Library use" has no go code block`)
-	}
-
-	src, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "example_test.go", src, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var body string
-	for _, d := range f.Decls {
-		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "Example" {
-			body = string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
-		}
-	}
-	body, _, _ = strings.Cut(body, "\t// Output:")
-	var want strings.Builder
-	for _, l := range strings.Split(strings.Trim(body, "\n"), "\n") {
-		want.WriteString(strings.TrimPrefix(l, "\t") + "\n")
-	}
-	if !strings.Contains(want.String(), readmeFixture) {
-		t.Fatalf("Example no longer opens %s", readmeFixture)
-	}
-	if got, want := block, strings.Replace(want.String(), readmeFixture, `"/sys"`, 1); got != want {
-		t.Errorf("README.md's Library use differs from Example's body; put this in the README:\n%s", want)
-	}
 }

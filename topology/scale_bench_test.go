@@ -34,7 +34,7 @@ func scaledFS(b *testing.B, k int) *sysfs.MemFS {
 // p5.48xlarge 1, 10 and 100 times over (40 to 4,000 GPUs and EFAs): scan
 // is topology.Scan from a capture in memory; answers is Scan plus what
 // `efakit list` and `efakit slices` ask of every device (Closest,
-// StandardAttributes, ByName). `make bench` runs it; the README gives
+// StandardAttributes, ByName). `make bench` runs it; docs/performance.md gives
 // the growth. cpu-ns/op is the process's CPU time (garbage collection
 // included), steadier than ns/op on a shared machine.
 func BenchmarkScale(b *testing.B) {

@@ -84,7 +84,7 @@ func TestStandardAttributesMatchDeviceattribute(t *testing.T) {
 	}
 }
 
-// TestHardwareFacts states shared/HARDWARE.md's pairings by hand.
+// TestHardwareFacts states docs/hardware.md's pairings by hand.
 func TestHardwareFacts(t *testing.T) {
 	t.Parallel()
 	t.Run("p5: each GPU has the four EFAs behind its switch", func(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,17 +26,11 @@ import (
 
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/podresources"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -55,7 +48,7 @@ flags:
 // second, bursts of 10) held a node filling at once: the kubelet-plugin
 // helper reads each claim before it calls the plugin, so the eleventh pod
 // of a burst waited for the client's limiter, and the 32nd more than four
-// seconds (README, Performance, "Pod start"). These are the kubelet's
+// seconds (docs/performance.md, "Pod start"). These are the kubelet's
 // defaults: a node's worst burst (every EFA claimed at once: 32 claim
 // reads, the slices and a few Events) stays inside the burst.
 const (
@@ -72,30 +65,50 @@ type options struct {
 	showVersion  bool
 }
 
-// envNumber is the default of a numeric flag: the variable's value where
-// it is set, def otherwise; a value that does not parse is an error that
-// names the variable.
-func envNumber[T int | float64](name string, def T) (T, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	var out T
-	switch p := any(&out).(type) {
-	case *int:
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return def, fmt.Errorf("%s=%q: not an integer", name, v)
+// flagEnv names the environment variable of each of the plugin's flags:
+// where the command line does not set the flag, a variable that is set
+// gives its value, parsed as the flag would be.
+var flagEnv = []struct{ flag, env string }{
+	{"node-name", "NODE_NAME"},
+	{"driver-name", "DRIVER_NAME"},
+	{"groups", "EFA_GROUPS"},
+	{"numa-list", "NUMA_LIST"},
+	{"sysfs", "SYSFS_ROOT"},
+	{"proc", "PROC_ROOT"},
+	{"cdi-root", "CDI_ROOT"},
+	{"kubelet-registrar-directory-path", "KUBELET_REGISTRAR_DIRECTORY_PATH"},
+	{"kubelet-plugins-directory-path", "KUBELET_PLUGINS_DIRECTORY_PATH"},
+	{"pod-resources-socket", "POD_RESOURCES_SOCKET"},
+	{"rescan-interval", "RESCAN_INTERVAL"},
+	{"uevents", "UEVENTS"},
+	{"health-interval", "HEALTH_INTERVAL"},
+	{"http-address", "HTTP_ADDRESS"},
+	{"allow-with-device-plugin", "ALLOW_EFA_DEVICE_PLUGIN"},
+	{"kubeconfig", "KUBECONFIG"},
+	{"kube-api-qps", "KUBE_API_QPS"},
+	{"kube-api-burst", "KUBE_API_BURST"},
+}
+
+// fromEnv sets each flag the command line left alone from its variable,
+// and says which variable holds a value its flag refuses.
+func fromEnv(fl *flag.FlagSet) error {
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, fe := range flagEnv {
+		v, ok := os.LookupEnv(fe.env)
+		if !ok || v == "" || set[fe.flag] {
+			continue
 		}
-		*p = n
-	case *float64:
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return def, fmt.Errorf("%s=%q: not a number", name, v)
+		if err := fl.Set(fe.flag, v); err != nil {
+			want := map[string]string{"float": "a number", "int": "an integer", "duration": "a duration such as 30s", "": "true or false"}
+			kind, _ := flag.UnquoteUsage(fl.Lookup(fe.flag))
+			if w, ok := want[kind]; ok {
+				return fmt.Errorf("%s=%q: not %s (--%s)", fe.env, v, w, fe.flag)
+			}
+			return fmt.Errorf("%s=%q: %v (--%s)", fe.env, v, err, fe.flag)
 		}
-		*p = f
 	}
-	return out, nil
+	return nil
 }
 
 // parseArgs reads and checks every flag and argument. It runs before
@@ -109,26 +122,28 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.Usage = func() {} // printed below, on stdout or stderr
 	klog.InitFlags(fl)
 	s := &o.serve
-	nodeName := fl.String("node-name", os.Getenv("NODE_NAME"), "the node this plugin runs on (env NODE_NAME)")
-	driverName := fl.String("driver-name", env("DRIVER_NAME", driver.DefaultDriverName), "DRA driver name (env DRIVER_NAME)")
-	groups := fl.String("groups", env("EFA_GROUPS", "none"), "publish EFA group devices: none, exclusive (one device per PCIe root instead of single EFAs) or mixed (both, with shared counters; needs DRAPartitionableDevices) (env EFA_GROUPS)")
+	nodeName := fl.String("node-name", "", "the node this plugin runs on (required)")
+	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver name")
+	groups := fl.String("groups", "none", "publish EFA group devices: none, exclusive (one device per PCIe root instead of single EFAs) or mixed (both, with shared counters; needs DRAPartitionableDevices)")
 	fl.BoolVar(&s.Config.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode in list form (clusters with DRAListTypeAttributes)")
-	fl.StringVar(&s.SysfsRoot, "sysfs", env("SYSFS_ROOT", "/sys"), "sysfs to scan: the host's /sys, or a capture file (env SYSFS_ROOT)")
+	fl.StringVar(&s.SysfsRoot, "sysfs", "/sys", "sysfs to scan: the host's /sys, or a capture file")
 	fl.StringVar(&s.ProcRoot, "proc", "/proc", "procfs, for the kernel's boot ID")
-	fl.StringVar(&s.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "directory for CDI specs (env CDI_ROOT)")
+	fl.StringVar(&s.CDIRoot, "cdi-root", "/var/run/cdi", "directory for CDI specs")
 	fl.StringVar(&s.RegistrarDir, "kubelet-registrar-directory-path", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
 	fl.StringVar(&s.PluginsDir, "kubelet-plugins-directory-path", kubeletplugin.KubeletPluginsDir, "the kubelet's plugins directory")
-	fl.StringVar(&s.PodResourcesSocket, "pod-resources-socket", env("POD_RESOURCES_SOCKET", podresources.DefaultSocket), "the kubelet's PodResources API socket: which containers use which claims, for the libfabric environment's check (\"\" for none: such claims are refused) (env POD_RESOURCES_SOCKET)")
+	fl.StringVar(&s.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources API socket: which containers use which claims, for the libfabric environment's check (\"\" for none: such claims are refused)")
 	fl.DurationVar(&s.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
 	uevents := fl.Bool("uevents", true, "rescan within a second of the kernel's uevents for PCI, RDMA and uverbs devices (false: the periodic rescans only)")
 	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
-	fl.StringVar(&s.HTTPAddr, "http-address", env("HTTP_ADDRESS", ":8080"), "address for /healthz, /readyz and /metrics (\"\" for none)")
-	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", os.Getenv("ALLOW_EFA_DEVICE_PLUGIN") == "true", "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node (env ALLOW_EFA_DEVICE_PLUGIN=true)")
-	fl.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; in-cluster configuration when empty")
-	qps, qpsErr := envNumber("KUBE_API_QPS", float64(defaultKubeAPIQPS))
-	burst, burstErr := envNumber("KUBE_API_BURST", defaultKubeAPIBurst)
-	fl.Float64Var(&o.kubeAPIQPS, "kube-api-qps", qps, "requests a second the plugin's API client sends on average, bursts aside (env KUBE_API_QPS)")
-	fl.IntVar(&o.kubeAPIBurst, "kube-api-burst", burst, "requests the plugin's API client may send at once above --kube-api-qps (env KUBE_API_BURST)")
+	fl.StringVar(&s.HTTPAddr, "http-address", ":8080", "address for /healthz, /readyz and /metrics (\"\" for none)")
+	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", false, "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node")
+	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fl.Float64Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests a second the plugin's API client sends on average, bursts aside")
+	fl.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests the plugin's API client may send at once above --kube-api-qps")
+	for _, fe := range flagEnv {
+		f := fl.Lookup(fe.flag)
+		f.Usage += " (env " + fe.env + ")"
+	}
 	fl.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	writeUsage := func(w io.Writer) {
 		fmt.Fprint(w, usage)
@@ -154,12 +169,13 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 		return options{}, 2, false
 	case o.showVersion:
 		return o, 0, true
+	}
+	if err := fromEnv(fl); err != nil {
+		return usageError("%v", err)
+	}
+	switch {
 	case *nodeName == "":
 		return usageError("--node-name (or NODE_NAME) is required")
-	case qpsErr != nil && !flagSet(fl, "kube-api-qps"):
-		return usageError("%v", qpsErr)
-	case burstErr != nil && !flagSet(fl, "kube-api-burst"):
-		return usageError("%v", burstErr)
 	case o.kubeAPIQPS <= 0:
 		return usageError("--kube-api-qps %v: must be above 0", o.kubeAPIQPS)
 	case o.kubeAPIBurst < 1:
@@ -169,7 +185,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	if msgs := validation.IsDNS1123Subdomain(*nodeName); len(msgs) > 0 {
 		return usageError("--node-name %q is not a valid node name: %s", *nodeName, strings.Join(msgs, "; "))
 	}
-	mode, err := driver.ParseGroupMode(*groups)
+	mode, err := resources.ParseGroupMode(*groups)
 	if err != nil {
 		return usageError("--groups: %v", err)
 	}
@@ -179,14 +195,6 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	}
 	s.PodUID = types.UID(os.Getenv("POD_UID"))
 	return o, 0, true
-}
-
-// flagSet tells whether the command line set the flag (its environment
-// variable is not read then).
-func flagSet(fl *flag.FlagSet, name string) bool {
-	set := false
-	fl.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // run is main without the exit: every flag is checked first, then the

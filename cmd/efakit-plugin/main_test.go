@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
 )
 
 // runAsMain tells the test binary, started again by runPlugin, to be the
@@ -140,4 +144,73 @@ func TestKubeAPIRateFromEnv(t *testing.T) {
 	code, _, errOut = runPlugin(t, []string{"KUBE_API_QPS=0"}, "--node-name", "n1")
 	assert.Equal(t, 2, code, errOut)
 	assert.Contains(t, errOut, "--kube-api-qps 0: must be above 0")
+}
+
+// TestEveryFlagHasEnv: each of the plugin's flags but --version (klog's
+// aside) has an environment variable, which its usage names.
+func TestEveryFlagHasEnv(t *testing.T) {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	var out bytes.Buffer
+	_, code, ok := parseArgs([]string{"--help"}, &out, &out)
+	require.False(t, ok)
+	require.Equal(t, 0, code)
+	env := map[string]string{}
+	for _, fe := range flagEnv {
+		env[fe.flag] = fe.env
+	}
+	// Each flag's usage: "  -name type\n    \ttext" up to the next flag.
+	n := 0
+	for _, block := range strings.Split(out.String(), "\n  -")[1:] {
+		name, _, _ := strings.Cut(strings.Fields(block)[0], "\n")
+		if klogFlags.Lookup(name) != nil || name == "version" {
+			continue
+		}
+		n++
+		if assert.Contains(t, env, name, "--%s has no environment variable", name) {
+			assert.Contains(t, block, "(env "+env[name]+")", "--%s's usage names its variable", name)
+		}
+	}
+	assert.Equal(t, len(flagEnv), n, "every variable's flag is listed")
+}
+
+// TestFlagsFromEnv: every kind of flag takes its variable's value where
+// the command line does not set it; the command line wins; a value the
+// flag refuses names the variable and what it takes.
+func TestFlagsFromEnv(t *testing.T) {
+	for k, v := range map[string]string{
+		"NODE_NAME": "n1", "NUMA_LIST": "true", "PROC_ROOT": "/host/proc", "RESCAN_INTERVAL": "30s",
+		"UEVENTS": "false", "KUBELET_PLUGINS_DIRECTORY_PATH": "/p", "KUBELET_REGISTRAR_DIRECTORY_PATH": "/r",
+		"HEALTH_INTERVAL": "5s", "ALLOW_EFA_DEVICE_PLUGIN": "true", "KUBE_API_BURST": "7",
+	} {
+		t.Setenv(k, v)
+	}
+	var out bytes.Buffer
+	o, code, ok := parseArgs([]string{"--health-interval", "2s"}, &out, &out)
+	require.True(t, ok, "%d %s", code, out.String())
+	s := o.serve
+	assert.Equal(t, "n1", s.Config.NodeName)
+	assert.True(t, s.Config.NUMAList)
+	assert.Equal(t, "/host/proc", s.ProcRoot)
+	assert.Equal(t, 30*time.Second, s.RescanInterval)
+	assert.Nil(t, s.Uevents, "UEVENTS=false")
+	assert.Equal(t, "/p", s.PluginsDir)
+	assert.Equal(t, "/r", s.RegistrarDir)
+	assert.Equal(t, 2*time.Second, s.HealthInterval, "the flag wins")
+	assert.True(t, s.AllowDevicePlugin)
+	assert.Equal(t, 7, o.kubeAPIBurst)
+
+	for v, msg := range map[string]string{
+		"RESCAN_INTERVAL=soon": `RESCAN_INTERVAL="soon": not a duration such as 30s (--rescan-interval)`,
+		"NUMA_LIST=yes":        `NUMA_LIST="yes": not true or false (--numa-list)`,
+	} {
+		k, val, _ := strings.Cut(v, "=")
+		t.Setenv(k, val)
+		out.Reset()
+		_, code, ok := parseArgs(nil, &out, &out)
+		assert.False(t, ok, v)
+		assert.Equal(t, 2, code, v)
+		assert.Contains(t, out.String(), msg, v)
+		os.Unsetenv(k)
+	}
 }

@@ -279,44 +279,20 @@ func readSample(fsys fs.ReadLinkFS, efas []*efa.Device, at time.Time, fresh bool
 		delete(c.Device, efa.NotACounter)
 		es := efaSample{device: c.Device}
 		read += len(c.Device)
-		var r *sysfs.Reader
-		if fresh {
-			r = sysfs.NewReader(fsys)
-		}
 		for _, p := range d.Ports {
 			ps := portSample{number: p.Number, state: p.State, rateGbps: p.RateGbps, counters: c.Ports[p.Number]}
 			delete(ps.counters, efa.NotACounter)
 			read += len(ps.counters)
 			if fresh {
-				ps.state, ps.rateGbps = readPortLink(r, d, p.Number, errs)
+				l, err := d.ReadPortLink(fsys, p.Number)
+				errs.print(err)
+				ps.state, ps.rateGbps = l.State, l.RateGbps
 			}
 			es.ports = append(es.ports, ps)
 		}
 		s.efas = append(s.efas, es)
 	}
 	return s, read
-}
-
-// readPortLink reads a port's state and rate (ports/<n>/state and rate),
-// which may change while counters are watched: a link going down. A file
-// that is missing or damaged leaves its value unknown, with an error.
-func readPortLink(r *sysfs.Reader, d *efa.Device, port int, errs *errorPrinter) (state string, gbps float64) {
-	dir := fmt.Sprintf("%s/ports/%d", d.IBPath, port)
-	s, err := r.ReadString(dir + "/state")
-	if err == nil {
-		state, err = efa.ParseEnumAttr(s)
-	}
-	if err != nil {
-		errs.print(&efa.Error{Device: d.Name, File: dir + "/state", Err: sysfs.Cause(err)})
-	}
-	s, err = r.ReadString(dir + "/rate")
-	if err == nil {
-		gbps, err = efa.ParseRate(s)
-	}
-	if err != nil {
-		errs.print(&efa.Error{Device: d.Name, File: dir + "/rate", Err: sysfs.Cause(err)})
-	}
-	return state, gbps
 }
 
 // countersReport is what counters prints, once or for one interval: the

@@ -26,7 +26,7 @@ const (
 	// GroupsMixed publishes single EFAs and groups side by side, made
 	// exclusive by shared counters (one per member) in a counters-only
 	// slice. Needs the API server's DRAPartitionableDevices, and costs the
-	// scheduler time for every claim in the cluster (see README).
+	// scheduler time for every claim in the cluster (docs/performance.md).
 	GroupsMixed GroupMode = "mixed"
 )
 

@@ -247,7 +247,7 @@ func (tr *tree) allCPUs(t *testing.T) string {
 	return tr.read(t, "devices/system/node/node0/cpulist")
 }
 
-// want is what HARDWARE.md says a fixture holds, written out here
+// want is what docs/hardware.md says a fixture holds, written out here
 // independently of the generator.
 type want struct {
 	ib       []string // RDMA device names
@@ -350,7 +350,7 @@ var wants = map[string]want{
 	},
 	"trn1.32xlarge": {
 		ib: []string{"rdmap16s25", "rdmap16s26", "rdmap32s25", "rdmap32s26", "rdmap144s25", "rdmap144s26", "rdmap160s25", "rdmap160s26"},
-		// Neuron index 0..15 -> BDF, from HARDWARE.md.
+		// Neuron index 0..15 -> BDF, from docs/hardware.md.
 		neurons: []string{a(0x10, 0x1b), a(0x10, 0x1e), a(0xa0, 0x1b), a(0xa0, 0x1e), a(0x20, 0x1e), a(0x20, 0x1c), a(0x90, 0x1e), a(0x90, 0x1c),
 			a(0x20, 0x1d), a(0x20, 0x1b), a(0x90, 0x1d), a(0x90, 0x1b), a(0x10, 0x1c), a(0x10, 0x1d), a(0xa0, 0x1c), a(0xa0, 0x1d)},
 		// Neuron -> EFA pairs share a root.
@@ -385,7 +385,7 @@ var wants = map[string]want{
 	"m5.xlarge": {},
 }
 
-// TestContents checks each fixture against HARDWARE.md's tables.
+// TestContents checks each fixture against docs/hardware.md's tables.
 func TestContents(t *testing.T) {
 	files := generated(t)
 	for _, f := range fixtures {

@@ -43,7 +43,7 @@ const (
 )
 
 // torus4x4 is the trn1 Neuron torus (device: its neighbours) from
-// HARDWARE.md.
+// docs/hardware.md.
 var torus4x4 = [][]int{
 	{12, 3, 4, 1}, {13, 0, 5, 2}, {14, 1, 6, 3}, {15, 2, 7, 0},
 	{0, 7, 8, 5}, {1, 4, 9, 6}, {2, 5, 10, 7}, {3, 6, 11, 4},
@@ -95,7 +95,7 @@ func a100(product string, seed int, gpuID uint16) *machine {
 
 func a100notes(m *machine) *machine {
 	m.Inf("NVSwitches 80:1b.0-80:1f.0 (six in all), their root pci0000:80 on NUMA node 1, driver nvidia")
-	m.Inf("one ENA 1d0f:ec20 at XX:01.0 on every root (HARDWARE.md: ENA at XX:01.0), netdevs ens32 (10:01.0), enp32s1, enp144s1, enp160s1")
+	m.Inf("one ENA 1d0f:ec20 at XX:01.0 on every root (docs/hardware.md: ENA at XX:01.0), netdevs ens32 (10:01.0), enp32s1, enp144s1, enp160s1")
 	m.Inf("each root's ENA and EFA are one EFA interface: the EFA's GID is the EUI-64 link-local address of the ENA's MAC")
 	m.Inf("96 vCPUs: node 0 0-23,48-71, node 1 24-47,72-95, distance 21")
 	m.Inf("p2p file \"NVIDIA\" on every EFA (out-of-tree efa driver with GPUDirect)")
@@ -109,7 +109,7 @@ func p5() *machine {
 	m := h100("p5.48xlarge", 2, 0x2330)
 	m.Seen("lstopo -v of a p5.48xlarge (Hugging Face, The Smol Training Playbook, chapter \"Infrastructure\"): host bridge buses [44-54] -> 44:00.0 1d0f:0200 [45-54] -> 45:00.0 1d0f:0200 [46-54] -> 46:01.0 [4f-4f] -> EFA 4f:00.0 1d0f:efa1 rdmap79s0 (node_guid cd77:f833:0000:1001), and 46:01.4 [53-53] -> H100 10de:2330 at 53:00.0; NUMA distance 32")
 	m.Src("aws-ofi-nccl topology/p5.48xl-topo.xml (removed in June 2025, in its history): four NICs behind each switch, switch upstream ports 45, 56, 67, 78 (NUMA 0) and 89, 9a, ab, bc (NUMA 1); NICs 4f-52, 60-63, 71-74, 82-85, 93-96, a4-a7, b5-b8, c6-c9")
-	m.Seen("GPU buses 53, 64, 75, 86, 97, a8, b9, ca (HARDWARE.md p5 table); 32 x 1d0f:efa1 at rate %q", rate100)
+	m.Seen("GPU buses 53, 64, 75, 86, 97, a8, b9, ca (docs/hardware.md p5 table); 32 x 1d0f:efa1 at rate %q", rate100)
 	m.Inf("roots 0x44+0x11*k (44, 55, ..., bb), from the switch upstream ports one bus above them")
 	return h100notes(m)
 }
@@ -117,7 +117,7 @@ func p5() *machine {
 // p5e: p5 with the H200 (10de:2335).
 func p5e() *machine {
 	m := h100("p5e.48xlarge", 11, 0x2335)
-	m.Inf("the whole layout: p5.48xlarge's (AWS sells p5e as p5 with H200 GPUs), with H200 10de:2335 (HARDWARE.md's p5en GPU); 32 EFA 1d0f:efa1 at %q", rate100)
+	m.Inf("the whole layout: p5.48xlarge's (AWS sells p5e as p5 with H200 GPUs), with H200 10de:2335 (docs/hardware.md's p5en GPU); 32 EFA 1d0f:efa1 at %q", rate100)
 	return h100notes(m)
 }
 
@@ -188,7 +188,7 @@ func p5en() *machine {
 	m.Seen("a public p5en capture (nvidia-smi, lscpu, numactl --hardware, ibv_devinfo, read through code search) agrees: H200 at 59, 5a, 72, 73, 8b, 8c, a4, a5; EFAs rdmap85s0 ... vendor_part_id 61346, hw_ver 0xEFA2; NUMA node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
 	m.Src("EFA buses 55-58, 6e-71, 87-8a, a0-a3, each sharing a PCIe switch with a GPU: the p5en NIC table of the aws-ofi-nccl topology unit test")
 	m.Inf("roots of the other three switches pci0000:5d, :76, :8f, each the first switch's layout shifted by 0x19 buses")
-	m.Inf("EFA rate %q (HARDWARE.md marks the p5en rate [inf])", rate200)
+	m.Inf("EFA rate %q (docs/hardware.md marks the p5en rate [inf])", rate200)
 	m.Inf("NUMA: first two switches node 0, last two node 1")
 	m.Inf("all 16 ENA functions bound to ena with a netdev each (enp71s0-enp74s0, enp96s0-enp99s0, enp121s0-enp124s0, enp146s0-enp149s0); the n-th ENA and the n-th EFA of a switch are one EFA interface (47 with 55, 48 with 56, ...): the EFA's GID is the EUI-64 of the ENA's MAC")
 	m.Inf("NVMe disks are local instance store 1d0f:cd01; no NVSwitch PCI functions")
@@ -321,7 +321,7 @@ func trn1() *machine {
 	m := trainium1("trn1.32xlarge", 5, 0x19, 0x1a)
 	m.Seen("roots pci0000:10, :20, :90, :a0 with no bridges; on each EFAs 1d0f:efa1 at 19.0 and 1a.0 (rdmap16s25, rdmap16s26, ...), Trainium 1d0f:7164 at 1b.0-1e.0 (driver neuron-driver)")
 	m.Seen("EFA rate %q; NUMA: roots 10 and 20 node 0, 90 and a0 node 1", rate100)
-	m.Src("neuron0-15 class devices: core_count 2, NDv2/Trn1/Trainium1, connected_devices the trn1 torus of HARDWARE.md; no link to the PCI function (index -> BDF is the HARDWARE.md table)")
+	m.Src("neuron0-15 class devices: core_count 2, NDv2/Trn1/Trainium1, connected_devices the trn1 torus of docs/hardware.md; no link to the PCI function (index -> BDF is the docs/hardware.md table)")
 	m.Inf("one ENA at 10:01.0 (netdev enp16s1), one interface with EFA rdmap16s25 (GID = EUI-64 of its MAC); no local NVMe disks")
 	return m.finish()
 }
@@ -338,7 +338,7 @@ func trn1n() *machine {
 }
 
 // trn2EFABuses are the first EFA bus of each trn2 switch: EFAs at b and
-// b+1, Trainium2 at b+2 and b+3 (HARDWARE.md trn2 tables).
+// b+1, Trainium2 at b+2 and b+3 (docs/hardware.md trn2 tables).
 var trn2EFABuses = []int{0x56, 0x6c, 0x82, 0x98, 0xb3, 0xc9, 0xdf, 0xf5}
 
 // trn2: eight switches, each 2 EFAs and 2 Trainium2.
@@ -361,7 +361,7 @@ func trn2() *machine {
 	}
 	m.eni(addr(0x56, 0), addr(0x47, 0))
 	m.addNeurons(8, "NDv3", "Trn2", "Trainium2", torus4x4)
-	m.Seen("16 Trainium2 1d0f:7364 at the buses of the HARDWARE.md table (0 cc, 1 b5, 2 b6, 3 cb, 4 6f, 5 58, 6 59, 7 6e, 8 9b, 9 84, 10 85, 11 9a, 12 f8, 13 e1, 14 e2, 15 f7), all :00.0")
+	m.Seen("16 Trainium2 1d0f:7364 at the buses of the docs/hardware.md table (0 cc, 1 b5, 2 b6, 3 cb, 4 6f, 5 58, 6 59, 7 6e, 8 9b, 9 84, 10 85, 11 9a, 12 f8, 13 e1, 14 e2, 15 f7), all :00.0")
 	m.Seen("16 EFAs at the buses of the Neuron -> EFA table (56, 57, 6c, 6d, 82, 83, 98, 99, b3, b4, c9, ca, df, e0, f5, f6), names rdmap<decimal bus>s0; 8 switches x (2 EFA + 2 Neuron)")
 	m.Seen("NUMA: buses 56-9b node 0, b3-f8 node 1")
 	m.Src("neuron0-15 class devices: core_count 8, NDv3/Trn2/Trainium2, no link to the PCI function")

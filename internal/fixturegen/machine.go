@@ -94,7 +94,7 @@ func newMachine(product string, seed, far int, all string, nodes ...string) *mac
 }
 
 // Seen, Src and Inf record the fixture's provenance notes, tagged as in
-// HARDWARE.md: seen on a real machine, read in source, or inferred.
+// docs/hardware.md: seen on a real machine, read in source, or inferred.
 func (m *machine) Seen(format string, a ...any) { m.note("seen", format, a...) }
 func (m *machine) Src(format string, a ...any)  { m.note("src", format, a...) }
 func (m *machine) Inf(format string, a ...any)  { m.note("inf", format, a...) }

@@ -2,7 +2,7 @@
 // instance family, the sizes that can attach an EFA, the CPU architecture
 // and the kind of machine. The chart's default node selection
 // (deployments/helm/efakit/values.yaml, nodeSelection.instanceTypes) and
-// the README's "Supported instance families" are generated from it by
+// docs/instance-types.md are generated from it by
 // `go run ./internal/fleet/gen`, and a test fails when they differ.
 //
 // Source: AWS's chart for its EFA device plugin, aws/eks-charts
@@ -26,7 +26,7 @@ import (
 	"strings"
 )
 
-// Kind is what an instance family is for, as the README groups them.
+// Kind is what an instance family is for, as docs/instance-types.md groups them.
 type Kind string
 
 // The kinds of EFA instance families.
@@ -42,7 +42,7 @@ const (
 	General Kind = "network/compute"
 )
 
-// Kinds in the order the README lists them.
+// Kinds in the order docs/instance-types.md lists them.
 func Kinds() []Kind { return []Kind{GPU, Neuron, OtherAccelerator, HPC, General} }
 
 // Arch is a CPU architecture, as the kubernetes.io/arch label spells it.

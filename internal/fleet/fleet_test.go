@@ -66,7 +66,7 @@ func TestArch(t *testing.T) {
 
 // TestCoversBefore: every instance type the chart selected before the table
 // (its 22 hand-written types) and every fixture's instance type has EFA here,
-// but the trn3 families, which AWS's list lacks (the README says so).
+// but the trn3 families, which AWS's list lacks (docs/plugin.md says so).
 func TestCoversBefore(t *testing.T) {
 	before := []string{"p4d.24xlarge", "p4de.24xlarge", "p5.4xlarge", "p5.48xlarge", "p5e.48xlarge",
 		"p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge", "trn1.32xlarge", "trn1n.32xlarge",
@@ -135,7 +135,7 @@ func TestChartValuesAreTheTable(t *testing.T) {
 	assert.Empty(t, v.Affinity, "an affinity in the values would replace the list")
 }
 
-// TestDocsBlock: every family is in the README's list, under its kind and
+// TestDocsBlock: every family is in the docs' list, under its kind and
 // architecture, and no line passes 100 columns.
 func TestDocsBlock(t *testing.T) {
 	doc := DocsBlock()

@@ -24,7 +24,7 @@ func ValuesBlock() string {
 	return b.String()
 }
 
-// DocsBlock is the README's list of instance families, as the lines between
+// DocsBlock is docs/instance-types.md's list of instance families, as the lines between
 // the markers: the counts, then one item per kind and architecture, each
 // family with its sizes, wrapped at 100 columns.
 func DocsBlock() string {

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -40,13 +40,13 @@ func TestSlicesPassAPIValidation(t *testing.T) {
 		require.NoError(t, err)
 		topo, err := topology.Scan(root)
 		require.NoError(t, err)
-		for _, mode := range []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed} {
+		for _, mode := range []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed} {
 			name := strings.TrimSuffix(filepath.Base(p), ".sysfs") + "/" + string(mode)
 			node := "n-" + strings.ReplaceAll(strings.TrimSuffix(filepath.Base(p), ".sysfs"), ".", "-")
-			cfg := driver.Config{NodeName: node, Groups: mode}
-			res, err := driver.Resources(topo, nil, cfg)
+			cfg := resources.Config{NodeName: node, Groups: mode}
+			res, err := resources.Build(topo, cfg)
 			require.NoError(t, err, name)
-			for _, s := range driver.Slices(res, cfg) {
+			for _, s := range resources.Slices(res, cfg) {
 				got, err := c.client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{})
 				require.NoError(t, err, "%s: the API server refused the slice", name)
 				// Nothing the driver set was dropped (mixed mode needs

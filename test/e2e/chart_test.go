@@ -20,7 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/fleet"
 )
 
@@ -82,7 +82,7 @@ func TestChartRenders(t *testing.T) {
 		"DeviceClass": 2, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1}, kinds)
 
 	// The chart ships exactly the classes the driver package defines.
-	want := driver.DeviceClasses("", "")
+	want := resources.DeviceClasses("", "")
 	require.Len(t, classes, len(want))
 	for i := range want {
 		assert.Equal(t, want[i].Name, classes[i].Name)

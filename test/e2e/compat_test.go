@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -97,7 +97,7 @@ func numaListRefusal(err error) bool {
 		return false
 	}
 	for _, c := range st.Status().Details.Causes {
-		if strings.HasSuffix(c.Field, ".attributes["+string(driver.AttrNUMANode)+"]") {
+		if strings.HasSuffix(c.Field, ".attributes["+string(resources.AttrNUMANode)+"]") {
 			return true
 		}
 	}
@@ -126,7 +126,7 @@ func TestSlicesAcrossVersions(t *testing.T) {
 				require.NoError(t, err)
 				topo, err := topology.Scan(root)
 				require.NoError(t, err)
-				for _, mode := range []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed} {
+				for _, mode := range []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed} {
 					for _, numaList := range []bool{false, true} {
 						for _, unhealthy := range []bool{false, true} {
 							name := fixture + "/" + modeFlag(mode)
@@ -136,10 +136,10 @@ func TestSlicesAcrossVersions(t *testing.T) {
 							if unhealthy {
 								name += "/unhealthy"
 							}
-							cfg := driver.Config{NodeName: "n-" + strings.ReplaceAll(fixture, ".", "-"), Groups: mode, NUMAList: numaList}
-							res, err := driver.Resources(topo, nil, cfg)
+							cfg := resources.Config{NodeName: "n-" + strings.ReplaceAll(fixture, ".", "-"), Groups: mode, NUMAList: numaList}
+							res, err := resources.Build(topo, cfg)
 							require.NoError(t, err, name)
-							for _, s := range driver.Slices(res, cfg) {
+							for _, s := range resources.Slices(res, cfg) {
 								if unhealthy && len(s.Spec.Devices) > 0 {
 									// As the plugin taints an EFA whose port is down.
 									s.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: cfg.TaintKey(), Value: "port-not-active", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
@@ -159,7 +159,7 @@ func TestSlicesAcrossVersions(t *testing.T) {
 									want = append(want, "DRADeviceTaints")
 									kept.Spec.Devices[0].Taints = nil
 								}
-								if mode == driver.GroupsMixed && !srv.counters && hasCounters(s) {
+								if mode == resources.GroupsMixed && !srv.counters && hasCounters(s) {
 									want = append(want, "DRAPartitionableDevices")
 									kept.Spec.SharedCounters = nil
 									for i := range kept.Spec.Devices {
@@ -217,7 +217,7 @@ func TestPluginOn134(t *testing.T) {
 	c := apiServer134(t)
 
 	t.Run("unhealthy EFA withheld", func(t *testing.T) {
-		n := newE2ENode(t, c, "p5-134-port-down", portDownFixture(t), driver.GroupsNone)
+		n := newE2ENode(t, c, "p5-134-port-down", portDownFixture(t), resources.GroupsNone)
 		var names []string
 		for _, s := range n.slices(31) {
 			for _, d := range s.Spec.Devices {
@@ -275,11 +275,11 @@ func TestNUMAListOn137(t *testing.T) {
 // the form of numaNode in its slices: a number where the server refuses
 // the list form (fallback), the list where it keeps it.
 func numaListFallsBack(t *testing.T, c *controlPlane, name string, fallback bool) {
-	n := newE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", driver.GroupsNone, func(n *e2eNode) { n.args = []string{"--numa-list"} })
+	n := newE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone, func(n *e2eNode) { n.args = []string{"--numa-list"} })
 	for _, s := range n.slices(32) {
 		for _, d := range s.Spec.Devices {
-			a, ok := d.Attributes[driver.AttrNUMANode]
-			require.True(t, ok, "%s has %s", d.Name, driver.AttrNUMANode)
+			a, ok := d.Attributes[resources.AttrNUMANode]
+			require.True(t, ok, "%s has %s", d.Name, resources.AttrNUMANode)
 			if fallback {
 				assert.NotNil(t, a.IntValue, d.Name)
 				assert.Nil(t, a.IntValues, d.Name)

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
-	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // TestKillDuringPrepare kills the real plugin binary (SIGKILL) at random
@@ -31,7 +31,7 @@ import (
 func TestKillDuringPrepare(t *testing.T) {
 	c := apiServer(t)
 	ctx := context.Background()
-	n := newE2ENode(t, c, "p5-crash", "../../testdata/sysfs/p5.48xlarge.sysfs", driver.GroupsNone)
+	n := newE2ENode(t, c, "p5-crash", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone)
 	n.slices(32)
 	// Eight claims of four EFAs each, allocated as the scheduler would.
 	var claims []*resourceapi.ResourceClaim

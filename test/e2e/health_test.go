@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -53,7 +54,7 @@ func TestUnhealthyWithheldWithoutTaints(t *testing.T) {
 	c, err := startControlPlane("--feature-gates=DRADeviceTaints=false,DRADeviceTaintRules=false")
 	require.NoError(t, err)
 	t.Cleanup(c.stop)
-	n := newE2ENode(t, c, "p5-no-taints", portDownFixture(t), driver.GroupsNone)
+	n := newE2ENode(t, c, "p5-no-taints", portDownFixture(t), resources.GroupsNone)
 	var names []string
 	for _, s := range n.slices(31) {
 		for _, d := range s.Spec.Devices {
@@ -79,7 +80,7 @@ func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
 	ctx := context.Background()
 	fixture := portDownFixture(t)
 
-	n := newE2ENode(t, c, "p5-unhealthy", fixture, driver.GroupsNone)
+	n := newE2ENode(t, c, "p5-unhealthy", fixture, resources.GroupsNone)
 	var taints []resourceapi.DeviceTaint
 	for _, s := range n.slices(32) {
 		for _, d := range s.Spec.Devices {

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -108,7 +108,7 @@ func TestPluginMemory(t *testing.T) {
 	require.NoError(t, err)
 	sys := filepath.Join(t.TempDir(), "sys")
 	require.NoError(t, sysfs.WriteDir(sys, entries))
-	n := newE2ENode(t, c, "p5-memory", sys, driver.GroupsNone, func(n *e2eNode) {
+	n := newE2ENode(t, c, "p5-memory", sys, resources.GroupsNone, func(n *e2eNode) {
 		n.bin = bin
 		n.args = []string{"--rescan-interval", "5s", "--health-interval", "5s"}
 	})

@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // Pod start under load, through the real node: a node filling at once
@@ -509,7 +509,7 @@ func TestRealNodePodStart(t *testing.T) {
 		n.ensureNamespace()
 		require.Len(t, n.startAccelDriver(p5Fixture), 8)
 		createSeed(t, c, "seed-claims.yaml")
-		createTemplates(t, c, p5Fixture, driver.GroupsNone, "efakit-")
+		createTemplates(t, c, p5Fixture, resources.GroupsNone, "efakit-")
 		for _, rate := range burstRates(t) {
 			name, values := "chart-default", []string(nil)
 			if rate[0] != "" {

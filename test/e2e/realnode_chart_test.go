@@ -26,7 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 const chartImage = "ghcr.io/efakit/efakit-plugin"
@@ -209,7 +209,7 @@ affinity:
 	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "chart-env", Namespace: nodeNS}}
 	tmpl.Spec.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 1}}}
 	tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"efa"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
-		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver.DefaultDriverName, Parameters: runtimeRaw(`{"apiVersion": "efakit.io/v1alpha1", "kind": "EFAConfig", "env": "libfabric"}`)}}}}
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: resources.DefaultDriverName, Parameters: runtimeRaw(`{"apiVersion": "efakit.io/v1alpha1", "kind": "EFAConfig", "env": "libfabric"}`)}}}}
 	_, err = c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
 	require.NoError(t, createIgnoreExists(err))
 	withEnv, _ := n.run(t, n.printerPod("via-chart-env", templateClaim("efa", "chart-env")))

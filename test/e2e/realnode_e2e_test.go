@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/cdi"
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 const (
@@ -41,7 +41,7 @@ func splitDocs(s string) []string {
 }
 
 // createSeed creates the users' claim templates and claims of a file in
-// ../shared/claims in the node's namespace, unchanged but for it.
+// testdata/claims in the node's namespace, unchanged but for it.
 func createSeed(t *testing.T, c *controlPlane, file string) {
 	ctx := context.Background()
 	for _, doc := range splitDocs(readClaimsFile(t, file)) {
@@ -66,9 +66,9 @@ func createSeed(t *testing.T, c *controlPlane, file string) {
 
 // createTemplates creates `efakit claims`' templates for a fixture and
 // group mode under a name prefix, and returns them by their own name.
-func createTemplates(t *testing.T, c *controlPlane, fixture string, mode driver.GroupMode, prefix string) (map[string]*resourceapi.ResourceClaimTemplate, *driver.AllPod) {
+func createTemplates(t *testing.T, c *controlPlane, fixture string, mode resources.GroupMode, prefix string) (map[string]*resourceapi.ResourceClaimTemplate, *resources.AllPod) {
 	topo := scanFixture(t, fixture)
-	tms, all := driver.ClaimTemplates(topo, mode, "")
+	tms, all := resources.ClaimTemplates(topo, mode, "")
 	out := map[string]*resourceapi.ResourceClaimTemplate{}
 	for _, tm := range tms {
 		tmpl := tm.Template.DeepCopy()
@@ -121,7 +121,7 @@ func (n *realNode) check(t *testing.T, got seen, nodes efaNodes, claims []*resou
 		}
 	}
 	sort.Strings(meta)
-	assert.Equal(t, allocated(driver.DefaultDriverName, claims...), meta, "the device metadata names the allocated EFAs")
+	assert.Equal(t, allocated(resources.DefaultDriverName, claims...), meta, "the device metadata names the allocated EFAs")
 }
 
 // containerID is the runtime's ID of a pod's container.
@@ -165,9 +165,9 @@ func TestRealNodeP5(t *testing.T) {
 	published := n.publishedEFAs(t)
 	rootOf := func(dev string) string {
 		if d, ok := published[dev]; ok {
-			return *d.Attributes[driver.AttrPCIeRoot].StringValue
+			return *d.Attributes[resources.AttrPCIeRoot].StringValue
 		}
-		return *gpus[dev].Attributes[driver.AttrPCIeRoot].StringValue
+		return *gpus[dev].Attributes[resources.AttrPCIeRoot].StringValue
 	}
 
 	t.Run("users/single-efa-claim", func(t *testing.T) {
@@ -203,7 +203,7 @@ func TestRealNodeP5(t *testing.T) {
 		n.deletePod(t, "shared-1")
 	})
 
-	tms, all := createTemplates(t, c, p5Fixture, driver.GroupsNone, "efakit-")
+	tms, all := createTemplates(t, c, p5Fixture, resources.GroupsNone, "efakit-")
 	t.Run("efakit-claims/gpu-with-efas", func(t *testing.T) {
 		require.Contains(t, tms, "gpu-with-efas")
 		got, claims := n.run(t, n.printerPod("gpu-with-efas", templateClaim("c", "efakit-gpu-with-efas")))
@@ -247,14 +247,14 @@ func TestRealNodeP5(t *testing.T) {
 		tmpl := tms["gpu-with-efas"].DeepCopy()
 		tmpl.Name, tmpl.Namespace = "with-env", nodeNS
 		tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"efas"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver.DefaultDriverName, Parameters: runtimeRaw(`{"apiVersion": "efakit.io/v1alpha1", "kind": "EFAConfig", "env": "libfabric"}`)}}}}
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: resources.DefaultDriverName, Parameters: runtimeRaw(`{"apiVersion": "efakit.io/v1alpha1", "kind": "EFAConfig", "env": "libfabric"}`)}}}}
 		_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
 		require.NoError(t, err)
 		got, claims := n.run(t, n.printerPod("with-env", templateClaim("c", "with-env")))
 		cl := claimsOf(claims)
 		var rdma []string
 		for _, e := range byReq(cl[0])["efas"] {
-			rdma = append(rdma, *published[e].Attributes[driver.AttrRDMADev].StringValue)
+			rdma = append(rdma, *published[e].Attributes[resources.AttrRDMADev].StringValue)
 		}
 		got.Env["FI_EFA_IFACE"] = sortedList(got.Env["FI_EFA_IFACE"])
 		n.check(t, got, nodes, cl, map[string]string{"FI_PROVIDER": "efa", "FI_EFA_IFACE": sortedList(strings.Join(rdma, ","))})
@@ -295,7 +295,7 @@ func TestRealNodeP5(t *testing.T) {
 		n.check(t, after, nodes, claimsOf(claims2), nil)
 		assert.NotEqual(t, got.Nodes, after.Nodes, "the new pod gets another EFA: the first is still held")
 		uid := string(claimsOf(claims)[0].UID)
-		w, err := cdi.NewWriter(n.cdi, driver.DefaultDriverName)
+		w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
 		require.NoError(t, err)
 		ok, err := w.Exists(uid)
 		require.NoError(t, err)
@@ -343,7 +343,7 @@ func TestRealNodeP5(t *testing.T) {
 		got, claims := n.run(t, n.printerPod("next-pod", templateClaim("c", "efas-31")))
 		require.Len(t, got.Nodes, 31)
 		assert.NotContains(t, got.Nodes, nodes.byAddr["0000:50:00.0"], "the DOWN EFA is given to no one")
-		assert.NotContains(t, allocated(driver.DefaultDriverName, claimsOf(claims)...), down)
+		assert.NotContains(t, allocated(resources.DefaultDriverName, claimsOf(claims)...), down)
 		n.check(t, got, nodes, claimsOf(claims), nil)
 		n.deletePod(t, "next-pod")
 	})
@@ -359,7 +359,7 @@ func TestRealNodeP5(t *testing.T) {
 		t.Logf("the next pod ran %s after the first was deleted", time.Since(start).Round(time.Millisecond))
 		assert.Equal(t, first.Nodes, second.Nodes, "every EFA handed to the next pod")
 		n.check(t, second, nodes, claimsOf(claims2), nil)
-		w, err := cdi.NewWriter(n.cdi, driver.DefaultDriverName)
+		w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { ok, err := w.Exists(uid); return err == nil && !ok }, 30*time.Second, 100*time.Millisecond,
 			"the deleted pod's claim unprepared")
@@ -367,7 +367,7 @@ func TestRealNodeP5(t *testing.T) {
 	})
 	t.Run("users/aligned-all-efa-one-nvidia-refused", func(t *testing.T) {
 		// 32 EFAs and a GPU pass the 32 devices a claim may hold: the
-		// scheduler says so and the pod stays pending (README).
+		// scheduler says so and the pod stays pending (docs/plugin.md).
 		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("all-efas-and-gpu", templateClaim("c", "aligned-all-efa-one-nvidia")), metav1.CreateOptions{})
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // Faults on the real node, each as a user meets it: what the pods and the
@@ -142,7 +143,7 @@ func (n *realNode) prepared(t *testing.T) map[string]checkpoint.Claim {
 	t.Helper()
 	id, err := os.ReadFile(filepath.Join(n.dir, "proc/sys/kernel/random/boot_id"))
 	require.NoError(t, err)
-	st, err := checkpoint.NewStore(filepath.Join(n.kubelet, "plugins", driver.DefaultDriverName)).Load(strings.TrimSpace(string(id)))
+	st, err := checkpoint.NewStore(filepath.Join(n.kubelet, "plugins", resources.DefaultDriverName)).Load(strings.TrimSpace(string(id)))
 	require.NoError(t, err)
 	return st.Claims
 }
@@ -151,7 +152,7 @@ func (n *realNode) prepared(t *testing.T) map[string]checkpoint.Claim {
 // of the CDI directory whose name is dra.net's (temporary files).
 func (n *realNode) specs(t *testing.T) (uids, other []string) {
 	t.Helper()
-	w, err := cdi.NewWriter(n.cdi, driver.DefaultDriverName)
+	w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
 	require.NoError(t, err)
 	f, err := w.List()
 	require.NoError(t, err)
@@ -179,7 +180,7 @@ func (n *realNode) preparedMismatch(t *testing.T) string {
 		for _, s := range p.Status.ResourceClaimStatuses {
 			c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
 			require.NoError(t, err)
-			want[string(c.UID)] = allocated(driver.DefaultDriverName, c)
+			want[string(c.UID)] = allocated(resources.DefaultDriverName, c)
 		}
 	}
 	got, holders := map[string][]string{}, map[string]string{}
@@ -254,8 +255,8 @@ func TestRealNodeFaults(t *testing.T) {
 		defer n.deletePod(t, "renum") // whatever fails: the next test finds the EFAs free
 		require.Len(t, got.Nodes, 1)
 		cl := claimsOf(claims)[0]
-		dev := n.publishedEFAs(t)[allocated(driver.DefaultDriverName, cl)[0]]
-		addr := *dev.Attributes[driver.AttrPCIAddr].StringValue
+		dev := n.publishedEFAs(t)[allocated(resources.DefaultDriverName, cl)[0]]
+		addr := *dev.Attributes[resources.AttrPCIAddr].StringValue
 		var mine int
 		_, err := fmt.Sscanf(strings.Fields(got.Nodes[0])[0], "/dev/infiniband/uverbs%d", &mine)
 		require.NoError(t, err)
@@ -268,7 +269,7 @@ func TestRealNodeFaults(t *testing.T) {
 		}()
 		now := fmt.Sprintf("/dev/infiniband/uverbs%d 231:%d", other, 192+other)
 		n.rescan() // the scan a uevent or the next health check makes
-		w, err := cdi.NewWriter(n.cdi, driver.DefaultDriverName)
+		w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			spec, err := w.Load(string(cl.UID))

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // scrape reads the real plugin's /metrics: each series of the metric, as
@@ -60,7 +60,7 @@ func (n *realNode) checkClaimMetrics(t *testing.T) {
 	require.Len(t, cl, 1)
 	var dev string
 	for _, r := range cl[0].Status.Allocation.Devices.Results {
-		if r.Driver == driver.DefaultDriverName {
+		if r.Driver == resources.DefaultDriverName {
 			dev = r.Device
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -200,9 +200,9 @@ func accelEnv(device string) string {
 func (n *realNode) startAccelDriver(fixture string) map[string]resourceapi.Device {
 	t, ctx := n.t, context.Background()
 	topo := scanFixture(t, fixture)
-	drv, kind, devs := driver.GPUDeviceClass, "gpu.nvidia.com/gpu", gpuDevices(topo)
+	drv, kind, devs := resources.GPUDeviceClass, "gpu.nvidia.com/gpu", gpuDevices(topo)
 	if len(devs) == 0 {
-		drv, kind, devs = driver.NeuronDeviceClass, "neuron.aws.com/neuron", neuronDevices(topo)
+		drv, kind, devs = resources.NeuronDeviceClass, "neuron.aws.com/neuron", neuronDevices(topo)
 	}
 	if len(devs) == 0 {
 		return nil

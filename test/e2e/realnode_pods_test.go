@@ -17,7 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -141,15 +141,15 @@ func (n *realNode) expect(t *testing.T, nodes efaNodes, claims ...*resourceapi.R
 	var out []string
 	for _, c := range claims {
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver != driver.DefaultDriverName {
+			if r.Driver != resources.DefaultDriverName {
 				continue
 			}
 			d, ok := published[r.Device]
 			require.True(t, ok, "allocated device %s is published", r.Device)
-			if a, ok := d.Attributes[driver.AttrPCIAddr]; ok {
+			if a, ok := d.Attributes[resources.AttrPCIAddr]; ok {
 				out = append(out, nodes.byAddr[*a.StringValue])
 			} else {
-				out = append(out, nodes.byRoot[*d.Attributes[driver.AttrPCIeRoot].StringValue]...)
+				out = append(out, nodes.byRoot[*d.Attributes[resources.AttrPCIeRoot].StringValue]...)
 			}
 		}
 	}

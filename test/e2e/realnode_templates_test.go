@@ -11,20 +11,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 )
 
 // publishedCount is how many dra.net devices the plugin publishes for a
 // fixture in a group mode.
-func publishedCount(t *testing.T, fixture string, mode driver.GroupMode) int {
+func publishedCount(t *testing.T, fixture string, mode resources.GroupMode) int {
 	topo := scanFixture(t, fixture)
-	res, err := driver.PublishedResources(topo, nil, driver.Config{NodeName: "n", Groups: mode})
+	res, err := resources.Published(topo, resources.Config{NodeName: "n", Groups: mode})
 	require.NoError(t, err)
 	count := 0
-	for _, pool := range res.Pools {
-		for _, s := range pool.Slices {
-			count += len(s.Devices)
-		}
+	for _, s := range res.Slices {
+		count += len(s.Devices)
 	}
 	return count
 }
@@ -32,7 +30,7 @@ func publishedCount(t *testing.T, fixture string, mode driver.GroupMode) int {
 // runTemplates runs, on the real node, one pod per template `efakit
 // claims` prints for the fixture in the plugin's group mode, then its
 // whole-node pod, and checks what each container got.
-func (n *realNode) runTemplates(t *testing.T, fixture string, mode driver.GroupMode, nodes efaNodes) {
+func (n *realNode) runTemplates(t *testing.T, fixture string, mode resources.GroupMode, nodes efaNodes) {
 	// Per fixture and mode: templates of one fixture do not fit another.
 	prefix := strings.SplitN(filepath.Base(fixture), ".", 2)[0] + "-" + modeFlag(mode) + "-"
 	tms, all := createTemplates(t, n.c, fixture, mode, prefix)
@@ -78,13 +76,13 @@ func TestRealNodeTemplates(t *testing.T) {
 			accel := n.startAccelDriver(fixture)
 			require.NotEmpty(t, accel)
 			nodes := fixtureNodes(t, fixture)
-			for _, mode := range []driver.GroupMode{driver.GroupsNone, driver.GroupsExclusive, driver.GroupsMixed} {
+			for _, mode := range []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed} {
 				t.Run(modeFlag(mode), func(t *testing.T) {
 					n.startEFAKit(fixture, "--set", "groups="+modeFlag(mode))
 					defer n.killEFAKit(syscall.SIGTERM)
 					n.waitEFAs(t, publishedCount(t, fixture, mode))
 					n.runTemplates(t, fixture, mode, nodes)
-					if fixture == trn2Fixture && mode == driver.GroupsNone {
+					if fixture == trn2Fixture && mode == resources.GroupsNone {
 						t.Run("users/aligned-efa-neuron", func(t *testing.T) {
 							createSeed(t, c, "seed-claims-neuron.yaml")
 							published := n.publishedEFAs(t)
@@ -94,12 +92,12 @@ func TestRealNodeTemplates(t *testing.T) {
 								n.check(t, got, nodes, cl, nil)
 								r := byReq(cl[0])
 								require.Len(t, r["4-efas"], 4)
-								group := *accel[r["4-neurons"][0]].Attributes[driver.AttrGroup4].StringValue
+								group := *accel[r["4-neurons"][0]].Attributes[resources.AttrGroup4].StringValue
 								for _, d := range r["4-neurons"] {
-									assert.Equal(t, group, *accel[d].Attributes[driver.AttrGroup4].StringValue)
+									assert.Equal(t, group, *accel[d].Attributes[resources.AttrGroup4].StringValue)
 								}
 								for _, e := range r["4-efas"] {
-									assert.Equal(t, group, *published[e].Attributes[driver.AttrGroup4].StringValue, "the EFA's devicegroup4_id")
+									assert.Equal(t, group, *published[e].Attributes[resources.AttrGroup4].StringValue, "the EFA's devicegroup4_id")
 								}
 							}
 							for i := range 4 {

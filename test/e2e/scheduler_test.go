@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/cdi"
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -110,7 +110,7 @@ type e2eNode struct {
 	c       *controlPlane
 	name    string
 	fixture string
-	mode    driver.GroupMode
+	mode    resources.GroupMode
 	dir     string
 	topo    *topology.Topology
 	gpuRoot map[string]string // GPU device -> pcieRoot
@@ -126,7 +126,7 @@ type e2eNode struct {
 
 // newE2ENode makes the node and starts its plugin; opts change the node
 // before the plugin starts.
-func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver.GroupMode, opts ...func(*e2eNode)) *e2eNode {
+func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode resources.GroupMode, opts ...func(*e2eNode)) *e2eNode {
 	t.Helper()
 	ctx := context.Background()
 	n := &e2eNode{t: t, c: c, name: name, fixture: fixture, mode: mode, gpuRoot: map[string]string{}, efaRoot: map[string]string{}}
@@ -154,24 +154,24 @@ func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode driver
 	// Classes: efakit's and NVIDIA's; and GPU slices shaped like NVIDIA's
 	// driver's for the same machine.
 	n.topo = scanFixture(t, fixture)
-	for _, dc := range append(driver.DeviceClasses("", ""), accelClass(driver.GPUDeviceClass)) {
+	for _, dc := range append(resources.DeviceClasses("", ""), accelClass(resources.GPUDeviceClass)) {
 		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{})
 		require.NoError(t, createIgnoreExists(err))
 	}
 	gpus := gpuDevices(n.topo)
 	for _, d := range gpus {
-		n.gpuRoot[d.Name] = *d.Attributes[driver.AttrPCIeRoot].StringValue
+		n.gpuRoot[d.Name] = *d.Attributes[resources.AttrPCIeRoot].StringValue
 	}
 	nodeName := name
 	_, err = c.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "gpus-" + name},
-		Spec: resourceapi.ResourceSliceSpec{Driver: driver.GPUDeviceClass, NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: gpus}}, metav1.CreateOptions{})
+		Spec: resourceapi.ResourceSliceSpec{Driver: resources.GPUDeviceClass, NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: gpus}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
 	if neurons := neuronDevices(n.topo); len(neurons) > 0 {
-		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, accelClass(driver.NeuronDeviceClass), metav1.CreateOptions{})
+		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, accelClass(resources.NeuronDeviceClass), metav1.CreateOptions{})
 		require.NoError(t, createIgnoreExists(err))
 		_, err = c.client.ResourceV1().ResourceSlices().Create(ctx, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "neurons-" + name},
-			Spec: resourceapi.ResourceSliceSpec{Driver: driver.NeuronDeviceClass, NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: neurons}}, metav1.CreateOptions{})
+			Spec: resourceapi.ResourceSliceSpec{Driver: resources.NeuronDeviceClass, NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: neurons}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 
@@ -208,7 +208,7 @@ func gpuDevices(topo *topology.Topology) []resourceapi.Device {
 		s, _ := topo.StandardAttributes(g)
 		root, bus, typ := s.PCIeRoot, s.PCIBusID, "gpu"
 		out = append(out, resourceapi.Device{Name: strings.ToLower(g.Name), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			driver.AttrPCIeRoot: {StringValue: &root}, driver.AttrPCIBusID: {StringValue: &bus}, "type": {StringValue: &typ}}})
+			resources.AttrPCIeRoot: {StringValue: &root}, resources.AttrPCIBusID: {StringValue: &bus}, "type": {StringValue: &typ}}})
 	}
 	return out
 }
@@ -223,8 +223,8 @@ func neuronDevices(topo *topology.Topology) []resourceapi.Device {
 		}
 		g := *d.Groups
 		out = append(out, resourceapi.Device{Name: fmt.Sprintf("neuron-%d", d.NeuronIndex), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			driver.AttrGroup1: {StringValue: &g.Group1}, driver.AttrGroup4: {StringValue: &g.Group4},
-			driver.AttrGroup8: {StringValue: &g.Group8}, driver.AttrGroup16: {StringValue: &g.Group16}}})
+			resources.AttrGroup1: {StringValue: &g.Group1}, resources.AttrGroup4: {StringValue: &g.Group4},
+			resources.AttrGroup8: {StringValue: &g.Group8}, resources.AttrGroup16: {StringValue: &g.Group16}}})
 	}
 	return out
 }
@@ -233,7 +233,7 @@ func neuronDevices(topo *topology.Topology) []resourceapi.Device {
 // its GPUs, the Neuron driver's every device it publishes.
 func accelClass(drv string) *resourceapi.DeviceClass {
 	expr := fmt.Sprintf("device.driver == %q", drv)
-	if drv == driver.GPUDeviceClass {
+	if drv == resources.GPUDeviceClass {
 		expr = `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`
 	}
 	return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: drv},
@@ -319,8 +319,8 @@ func httpOK(url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func modeFlag(m driver.GroupMode) string {
-	if m == driver.GroupsNone {
+func modeFlag(m resources.GroupMode) string {
+	if m == resources.GroupsNone {
 		return "none"
 	}
 	return string(m)
@@ -371,7 +371,7 @@ func (n *e2eNode) slices(devices int) []resourceapi.ResourceSlice {
 		got := 0
 		for _, s := range l.Items {
 			for _, d := range s.Spec.Devices {
-				n.efaRoot[d.Name] = *d.Attributes[driver.AttrPCIeRoot].StringValue
+				n.efaRoot[d.Name] = *d.Attributes[resources.AttrPCIeRoot].StringValue
 				got++
 			}
 		}
@@ -488,7 +488,7 @@ func byReq(cl *resourceapi.ResourceClaim) map[string][]string {
 	return out
 }
 
-func template(t *testing.T, tms []driver.Template, name string) *resourceapi.ResourceClaimTemplate {
+func template(t *testing.T, tms []resources.Template, name string) *resourceapi.ResourceClaimTemplate {
 	t.Helper()
 	for _, tm := range tms {
 		if tm.Template.Name == name {
@@ -509,7 +509,7 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
 	ctx := context.Background()
-	n := newE2ENode(t, c, "p5-node", "../../testdata/sysfs/p5.48xlarge.sysfs", driver.GroupsNone)
+	n := newE2ENode(t, c, "p5-node", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone)
 	published := n.slices(32)
 
 	// A steady node makes no API writes: two rescans later, the slice is
@@ -540,7 +540,7 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 	// efakit's "GPU with its EFAs" for the GPUs left: each claim gets the
 	// four EFAs behind its GPU's switch. The scheduler fills first, so the
 	// pair and the shared claim used the first two roots.
-	tms, _ := driver.ClaimTemplates(n.topo, driver.GroupsNone, "")
+	tms, _ := resources.ClaimTemplates(n.topo, resources.GroupsNone, "")
 	gpuWithEFAs := template(t, tms, "gpu-with-efas")
 	for i := range 6 {
 		claim, nodes := n.schedule(fmt.Sprintf("gpu-efas-%d", i), gpuWithEFAs.Spec.Spec, 1)
@@ -585,7 +585,7 @@ func TestSchedulerPairsEFAs(t *testing.T) {
 func TestSchedulerTemplates(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
-	n := newE2ENode(t, c, "p4d-node", "../../testdata/sysfs/p4d.24xlarge.sysfs", driver.GroupsNone)
+	n := newE2ENode(t, c, "p4d-node", "../../testdata/sysfs/p4d.24xlarge.sysfs", resources.GroupsNone)
 	n.slices(4)
 	var tmpl resourceapi.ResourceClaimTemplate
 	require.NoError(t, yaml.Unmarshal([]byte(claimDoc(t, "seed-claims.yaml", "aligned-efa-nvidia")), &tmpl))
@@ -608,12 +608,12 @@ func TestSchedulerTemplates(t *testing.T) {
 func TestSchedulerNeuron(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
-	n := newE2ENode(t, c, "trn2-node", "../../testdata/sysfs/trn2.48xlarge.sysfs", driver.GroupsNone)
+	n := newE2ENode(t, c, "trn2-node", "../../testdata/sysfs/trn2.48xlarge.sysfs", resources.GroupsNone)
 	published := n.slices(16)
 	efaAddr := map[string]string{}
 	for _, s := range published {
 		for _, d := range s.Spec.Devices {
-			efaAddr[d.Name] = *d.Attributes[driver.AttrPCIBusID].StringValue
+			efaAddr[d.Name] = *d.Attributes[resources.AttrPCIBusID].StringValue
 		}
 	}
 	neuronEFA := map[string]string{}
@@ -645,15 +645,15 @@ func TestSchedulerNeuron(t *testing.T) {
 func TestSchedulerGroupModes(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
-	for _, mode := range []driver.GroupMode{driver.GroupsExclusive, driver.GroupsMixed} {
+	for _, mode := range []resources.GroupMode{resources.GroupsExclusive, resources.GroupsMixed} {
 		t.Run(string(mode), func(t *testing.T) {
 			n := newE2ENode(t, c, "p5en-"+string(mode), "../../testdata/sysfs/p5en.48xlarge.sysfs", mode)
 			devices := 4 // four roots, one group each
-			if mode == driver.GroupsMixed {
+			if mode == resources.GroupsMixed {
 				devices += 16
 			}
 			n.slices(devices)
-			tms, _ := driver.ClaimTemplates(n.topo, mode, "")
+			tms, _ := resources.ClaimTemplates(n.topo, mode, "")
 			tm := template(t, tms, "gpus-with-efa-group")
 			for i := range 4 {
 				claim, nodes := n.schedule(fmt.Sprintf("%s-group-%d", mode, i), tm.Spec.Spec, 1)
@@ -683,13 +683,9 @@ func claimDoc(t *testing.T, file, name string) string {
 
 func readClaimsFile(t *testing.T, file string) string {
 	t.Helper()
-	for _, p := range []string{"../../../shared/claims/" + file, "../../testdata/claims/" + file} {
-		if b, err := os.ReadFile(p); err == nil {
-			return string(b)
-		}
-	}
-	t.Fatal("no seed-claims.yaml")
-	return ""
+	b, err := os.ReadFile("../../testdata/claims/" + file)
+	require.NoError(t, err, "the users' claims")
+	return string(b)
 }
 
 // TestAPIServerRestart: the API server goes away and comes back; the
@@ -699,7 +695,7 @@ func TestAPIServerRestart(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
 	ctx := context.Background()
-	n := newE2ENode(t, c, "p5-restart", "../../testdata/sysfs/p5.48xlarge.sysfs", driver.GroupsNone)
+	n := newE2ENode(t, c, "p5-restart", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone)
 	n.slices(32)
 	one := resourceapi.ResourceClaimSpec{}
 	one.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 1}}}

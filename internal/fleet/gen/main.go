@@ -1,6 +1,6 @@
 // Command gen writes the chart's default instance types
-// (deployments/helm/efakit/values.yaml) and the README's "Supported instance
-// families" from the table of package fleet, between their marker lines.
+// (deployments/helm/efakit/values.yaml) and the list of docs/instance-types.md
+// from the table of package fleet, between their marker lines.
 //
 //	go run ./internal/fleet/gen          # from the module root
 //	go run ./internal/fleet/gen -check   # fail if either file differs
@@ -24,7 +24,7 @@ import (
 func files() map[string]string {
 	return map[string]string{
 		"deployments/helm/efakit/values.yaml": fleet.ValuesBlock(),
-		"README.md":                           fleet.DocsBlock(),
+		"docs/instance-types.md":              fleet.DocsBlock(),
 	}
 }
 

@@ -1,0 +1,144 @@
+// Package doccheck finds the broken references of the repository's
+// Markdown: relative links to files that are not there or to headings a
+// page lacks, and make targets the Makefile does not have. Its test runs it
+// over the repository.
+package doccheck
+
+import (
+	"bufio"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+	"unicode"
+)
+
+var (
+	link       = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	makeTarget = regexp.MustCompile("`make ([a-z][a-z0-9-]*)")
+	rule       = regexp.MustCompile(`^([a-z][a-z0-9-]*)\s*:`)
+)
+
+// Slug is the anchor GitHub gives a heading: lower case, spaces to
+// hyphens, every other character but letters, digits, '-' and '_' dropped.
+func Slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// page is one Markdown file's anchors and references, outside code blocks.
+type page struct {
+	anchors map[string]bool
+	links   []string // relative link targets, fragments kept
+	targets []string // make targets named
+}
+
+func parse(b []byte) page {
+	p := page{anchors: map[string]bool{}}
+	seen := map[string]int{}
+	fenced := false
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fenced = !fenced
+			continue
+		}
+		if fenced {
+			continue
+		}
+		if h, ok := strings.CutPrefix(l, "#"); ok {
+			h = strings.TrimLeft(h, "#")
+			if strings.HasPrefix(h, " ") {
+				s := Slug(h)
+				if n := seen[s]; n > 0 {
+					p.anchors[fmt.Sprintf("%s-%d", s, n)] = true
+				} else {
+					p.anchors[s] = true
+				}
+				seen[s]++
+			}
+		}
+		for _, m := range link.FindAllStringSubmatch(l, -1) {
+			t := m[1]
+			if strings.Contains(t, "://") || strings.HasPrefix(t, "mailto:") {
+				continue
+			}
+			p.links = append(p.links, t)
+		}
+		for _, m := range makeTarget.FindAllStringSubmatch(l, -1) {
+			p.targets = append(p.targets, m[1])
+		}
+	}
+	return p
+}
+
+// Targets are the rules a Makefile defines.
+func Targets(makefile []byte) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(string(makefile), "\n") {
+		if m := rule.FindStringSubmatch(l); m != nil {
+			out[m[1]] = true
+		}
+	}
+	return out
+}
+
+// Check reads the Markdown files named (paths in fsys) and returns one
+// line for each link to a missing file or heading and each make target the
+// Makefile lacks.
+func Check(fsys fs.FS, files []string, targets map[string]bool) ([]string, error) {
+	pages := map[string]page{}
+	for _, f := range files {
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		pages[f] = parse(b)
+	}
+	var bad []string
+	for _, f := range files {
+		p := pages[f]
+		for _, l := range p.links {
+			file, frag, _ := strings.Cut(l, "#")
+			target := f
+			if file != "" {
+				target = path.Join(path.Dir(f), file)
+				if _, err := fs.Stat(fsys, strings.TrimSuffix(target, "/")); err != nil {
+					bad = append(bad, fmt.Sprintf("%s: link %s: no %s", f, l, target))
+					continue
+				}
+			}
+			if frag == "" || !strings.HasSuffix(target, ".md") {
+				continue
+			}
+			tp, ok := pages[target]
+			if !ok {
+				b, err := fs.ReadFile(fsys, target)
+				if err != nil {
+					return nil, err
+				}
+				tp = parse(b)
+			}
+			if !tp.anchors[frag] {
+				bad = append(bad, fmt.Sprintf("%s: link %s: %s has no heading #%s", f, l, target, frag))
+			}
+		}
+		for _, t := range p.targets {
+			if !targets[t] {
+				bad = append(bad, fmt.Sprintf("%s: make %s: no such target in the Makefile", f, t))
+			}
+		}
+	}
+	return bad, nil
+}

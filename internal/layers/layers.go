@@ -1,0 +1,59 @@
+// Package layers holds the rule of which efakit package may import which,
+// as docs/design.md draws the layers; its test checks every package of the
+// module against it. It has no code of its own.
+package layers
+
+// Allowed maps each package (its path inside the module) to the efakit
+// packages it may import. A package missing here fails the test: a new
+// package takes its place in the layers when it is made.
+var Allowed = map[string][]string{
+	// The library: sysfs to typed devices to the topology.
+	"sysfs":       nil,
+	"pcie":        {"sysfs"},
+	"efa":         {"pcie", "sysfs"},
+	"host":        {"pcie", "sysfs"},
+	"host/uevent": nil,
+	"neuron":      {"pcie", "sysfs"},
+	"topology":    {"efa", "host", "neuron", "pcie", "sysfs"},
+	"snapshot":    {"efa", "host", "neuron", "pcie", "sysfs"},
+
+	// What is published and written, from the library's answers and the
+	// API types alone.
+	"cdi":                                  {"internal/atomicfile"},
+	"driver/checkpoint":                    {"internal/atomicfile"},
+	"driver/resources":                     {"efa", "host", "neuron", "pcie", "sysfs", "topology"},
+	"driver/podresources":                  nil,
+	"driver/podresources/podresourcestest": nil,
+	"doctor":                               {"cdi", "driver/resources", "efa", "host", "neuron", "pcie", "sysfs", "topology"},
+
+	// The kubelet plugin: an adapter over the parts above.
+	"driver": {"cdi", "driver/checkpoint", "driver/podresources", "driver/resources", "efa", "host", "host/uevent",
+		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
+
+	// The commands.
+	"cmd/efakit":        {"doctor", "driver/resources", "efa", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
+	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources"},
+
+	// Tools and test support.
+	"internal/atomicfile":       nil,
+	"internal/fakesys":          {"pcie", "sysfs"},
+	"internal/fixturegen":       {"internal/fakesys", "sysfs"},
+	"internal/fixturegen/scale": {"internal/fakesys", "sysfs"},
+	"internal/fixturegen/seeds": {"internal/fakesys", "pcie", "sysfs"},
+	"internal/fleet":            nil,
+	"internal/fleet/gen":        {"internal/atomicfile", "internal/fleet"},
+	"internal/layers":           nil,
+	"internal/modzip":           {"sysfs"},
+	"internal/testfixture":      nil,
+	"internal/doccheck":         nil,
+}
+
+// NoCluster are the packages that reach no cluster and serve nothing: the
+// library and what it writes. They import no Kubernetes client, gRPC or
+// Prometheus (the API types are allowed where they publish).
+var NoCluster = []string{"sysfs", "pcie", "efa", "host", "host/uevent", "neuron", "topology", "snapshot",
+	"cdi", "driver/checkpoint", "driver/resources"}
+
+// NoKubernetes are the packages that import nothing of Kubernetes: the
+// hardware library.
+var NoKubernetes = []string{"sysfs", "pcie", "efa", "host", "host/uevent", "neuron", "topology", "snapshot"}
