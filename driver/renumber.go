@@ -8,7 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/efakit/efakit/cdi"
+	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/podresources"
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+	"slices"
 )
 
 // After the efa or ib_uverbs module is reloaded, the kernel numbers the
@@ -106,4 +112,117 @@ func (p *Plugin) claimUsers(ctx context.Context, namespace, name string) string 
 		return ""
 	}
 	return " (pods " + strings.Join(users, ", ") + ")"
+}
+
+// readCurrent reads an EFA's RDMA device and uverbs device from sysfs now.
+func readCurrent(r *sysfs.Reader, pciAddress string) (efa.Current, error) {
+	a, err := pcie.ParseAddress(pciAddress)
+	if err != nil {
+		return efa.Current{}, err
+	}
+	return efa.ReadCurrent(r, a)
+}
+
+// renumbering is one EFA of a prepared claim found with another RDMA name
+// or uverbs device than its spec gave (a module reload numbered them anew).
+type renumbering struct {
+	Device   string // published name
+	Was, Now string // "rdmap79s0 uverbs0 231:192"
+}
+
+// refresh checks a prepared claim's EFAs against sysfs: an EFA whose RDMA
+// name or uverbs device changed (a module reload numbers them anew) gets
+// the new values in its spec and the checkpoint, and its old device
+// number is kept as stale, held by the claim, because containers started
+// before still hold it. The spec is written again when it is missing or
+// changed. An EFA that cannot be read keeps its record (and so its
+// numbers stay held): it is reported, not guessed at. A change is saved
+// at once. It returns what was renumbered.
+func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
+	b := p.begin()
+	c, moved, err := p.refreshIn(ctx, b, c)
+	if serr := p.commit(b); serr != nil && err == nil {
+		err = serr
+	}
+	return c, moved, err
+}
+
+// refreshIn is refresh within a kubelet call's batch: a change is saved
+// with the call's other changes.
+func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
+	logger := klog.FromContext(ctx)
+	r := sysfs.NewReader(p.sysfs)
+	var moved []renumbering
+	devs := slices.Clone(c.Devices)
+	for i, d := range devs {
+		cur, err := readCurrent(r, d.PCIAddress)
+		if err != nil {
+			logger.Error(err, "Prepared EFA unreadable; its record is kept", "claim", klog.KRef(c.Namespace, c.Name), "device", d.Device)
+			continue
+		}
+		if cur.RDMAName == d.RDMAName && cur.Verbs.Name == d.Uverbs && cur.Verbs.Major == d.Major && cur.Verbs.Minor == d.Minor {
+			continue
+		}
+		old := devNumber(d.Major, d.Minor)
+		m := renumbering{Device: d.Device, Was: d.RDMAName + " " + d.Uverbs + " " + old,
+			Now: cur.RDMAName + " " + cur.Verbs.Name + " " + devNumber(cur.Verbs.Major, cur.Verbs.Minor)}
+		logger.Error(nil, "EFA of a prepared claim renumbered (efa or ib_uverbs module reloaded?); CDI spec corrected, containers started before hold the old device number and may reach another EFA: restart them",
+			"claim", klog.KRef(c.Namespace, c.Name), "device", d.Device, "was", m.Was, "now", m.Now)
+		d.Stale = slices.Clone(d.Stale)
+		if !slices.Contains(d.Stale, old) {
+			d.Stale = append(d.Stale, old)
+		}
+		d.RDMAName, d.Uverbs, d.Major, d.Minor = cur.RDMAName, cur.Verbs.Name, cur.Verbs.Major, cur.Verbs.Minor
+		devs[i] = d
+		moved = append(moved, m)
+		p.Metrics.Renumbered.Inc()
+		p.kickRescan()
+	}
+	changed := len(moved) > 0
+	if changed {
+		c.Devices = devs
+		held := p.held(c.UID)
+		for _, d := range c.Devices {
+			if other, ok := held["dev:"+devNumber(d.Major, d.Minor)]; ok {
+				o := p.state.Claims[other]
+				logger.Error(nil, "After the renumbering, containers of two claims hold one device number: restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", klog.KRef(o.Namespace, o.Name), "device", d.Uverbs)
+			}
+		}
+		if c.Env != nil {
+			// FI_EFA_IFACE names RDMA devices, which a reload may
+			// rename too. A new map: the old one is the saved state's.
+			reqs, env := cdiRequests(c), make(map[string][]string, len(c.Env))
+			for req, vars := range c.Env {
+				env[req] = withIface(vars, reqs[req].Devices)
+			}
+			c.Env = env
+		}
+	}
+	ok, err := p.cdi.Exists(c.UID)
+	if err == nil && !ok && len(c.Devices) > 0 {
+		logger.Info("CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
+		p.Metrics.SpecsRestored.Inc()
+	}
+	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
+		ids, err := p.cdi.Write(c.UID, cdiRequests(c))
+		if err != nil {
+			return c, moved, err
+		}
+		c.CDIDeviceIDs = ids
+	}
+	if changed {
+		p.put(b, c)
+	}
+	return c, moved, nil
+}
+
+// withIface replaces FI_EFA_IFACE's value in vars, if it is there.
+func withIface(vars []string, devs []cdi.Device) []string {
+	out := slices.Clone(vars)
+	for i, v := range out {
+		if strings.HasPrefix(v, cdi.EnvIface+"=") {
+			out[i] = cdi.EnvIface + "=" + cdi.Iface(devs)
+		}
+	}
+	return out
 }

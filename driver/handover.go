@@ -1,0 +1,93 @@
+package driver
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// describeClaim names a prepared claim for a refusal: namespace/name, its
+// UID, and the pods that use it where the kubelet says.
+func (p *Plugin) describeClaim(ctx context.Context, uid string) string {
+	c, ok := p.state.Claims[uid]
+	if !ok {
+		return uid
+	}
+	return c.Namespace + "/" + c.Name + " (" + uid + ")" + p.claimUsers(ctx, c.Namespace, c.Name)
+}
+
+// held maps what prepared claims hold to the claim holding it, leaving out
+// the claim except: "pci:<address>" for each EFA and "dev:<major>:<minor>"
+// for each device number its containers may hold, stale ones included.
+func (p *Plugin) held(except string) map[string]string {
+	out := map[string]string{}
+	for uid, c := range p.state.Claims {
+		if uid == except {
+			continue
+		}
+		for _, d := range c.Devices {
+			out["pci:"+d.PCIAddress] = uid
+			out["dev:"+devNumber(d.Major, d.Minor)] = uid
+			for _, s := range d.Stale {
+				out["dev:"+s] = uid
+			}
+		}
+	}
+	return out
+}
+
+// released tells whether a claim that is still prepared here no longer
+// holds its EFAs in the API: the claim is gone (or is another claim of the
+// same name), or is no longer allocated any of the devices it was prepared
+// with. That happens when its pod was deleted without waiting for the
+// kubelet (grace period 0, or --force): the claim controller frees the
+// claim at once, the scheduler gives the EFAs to the next pod, and the
+// kubelet may prepare that pod's claim before it unprepares the old one.
+// Kubernetes treats such EFAs as free, so efakit does too, and says so;
+// the old claim's record and spec stay until the kubelet unprepares it.
+// Without an API client, or when the API cannot tell, the claim holds its
+// EFAs (the prepare is refused, and the kubelet retries). Answers are kept
+// in seen for one kubelet call.
+func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool) bool {
+	if r, ok := seen[uid]; ok {
+		return r
+	}
+	prev, ok := p.state.Claims[uid]
+	if !ok || p.kube == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cur, err := p.kube.ResourceV1().ResourceClaims(prev.Namespace).Get(ctx, prev.Name, metav1.GetOptions{})
+	var why string
+	switch {
+	case apierrors.IsNotFound(err):
+		why = "the claim was deleted"
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "reading a prepared claim to see whether it still holds its EFAs; it does until the kubelet unprepares it", "claim", klog.KRef(prev.Namespace, prev.Name))
+	case string(cur.UID) != uid:
+		why = "the claim was deleted and another made under its name"
+	case cur.Status.Allocation == nil:
+		why = "the claim was deallocated"
+	default:
+		holds := map[string]bool{}
+		for _, d := range prev.Devices {
+			holds[d.Device], holds[d.Group] = true, true
+		}
+		why = "the claim is allocated other devices"
+		for _, r := range cur.Status.Allocation.Devices.Results {
+			if r.Driver == p.cfg.Driver() && r.Pool == p.cfg.NodeName && holds[r.Device] {
+				why = ""
+			}
+		}
+	}
+	seen[uid] = why != ""
+	if why != "" {
+		klog.FromContext(ctx).Info("EFAs of a claim the kubelet has not unprepared yet are handed on: "+why+" (its pod was deleted without waiting for the kubelet); its containers may still run until the kubelet stops them",
+			"claim", klog.KRef(prev.Namespace, prev.Name), "uid", uid)
+	}
+	return seen[uid]
+}

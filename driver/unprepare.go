@@ -1,0 +1,130 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/cdi"
+	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/internal/atomicfile"
+)
+
+// UnprepareResourceClaims forgets each claim and removes its CDI spec. A
+// claim that is not prepared is not an error: the kubelet may ask twice.
+// The checkpoint is saved once for the call, before any spec is removed: a
+// crash in between leaves specs of no claim, which the next start removes,
+// never a claim the kubelet unprepared whose spec comes back.
+func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	waited := p.Metrics.waited("unprepare", ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reloadState(ctx)
+	logger := klog.FromContext(ctx)
+	b := p.begin()
+	took := make([]time.Duration, len(claims))
+	devices := make([][]string, len(claims))
+	for i, c := range claims {
+		start := time.Now()
+		devices[i] = claimDevices(p.state.Claims[string(c.UID)])
+		out[c.UID] = p.forget(b, string(c.UID))
+		took[i] = time.Since(start)
+	}
+	start := time.Now()
+	saveErr := p.commit(b)
+	saved := time.Since(start)
+	for i, c := range claims {
+		start := time.Now()
+		err := out[c.UID]
+		switch {
+		case err != nil:
+		case saveErr != nil && b.changed[string(c.UID)]:
+			err = saveErr
+		default:
+			err = p.cdi.Remove(string(c.UID))
+		}
+		d := took[i] + saved + time.Since(start)
+		p.Metrics.observe("unprepare", d, err)
+		if err != nil {
+			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+			logger.Error(err, "unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
+		} else {
+			// devices is empty for a claim that was not prepared here.
+			logger.Info("unprepared", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
+		}
+		out[c.UID] = err
+	}
+	return out, nil
+}
+
+// claimDevices names a prepared claim's EFAs for the log: "published
+// name=RDMA name", a group's members after the group's name.
+func claimDevices(c checkpoint.Claim) []string {
+	out := make([]string, 0, len(c.Devices))
+	for _, d := range c.Devices {
+		n := d.Device + "=" + d.RDMAName
+		if d.Group != "" {
+			n = d.Group + "/" + n
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// forget takes a claim out of the call's state; its spec is removed once
+// the state is saved.
+func (p *Plugin) forget(b *batch, uid string) error {
+	if err := cdi.ValidateClaimUID(uid); err != nil {
+		return err
+	}
+	if _, ok := p.state.Claims[uid]; ok {
+		delete(p.state.Claims, uid)
+		b.changed[uid] = true
+	}
+	return nil
+}
+
+// Prepared returns the UIDs of the prepared claims, sorted.
+func (p *Plugin) Prepared() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for uid := range p.state.Claims {
+		out = append(out, uid)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// metadataFileOps are the file operations the kubelet plugin helper writes
+// each claim's device metadata with (a file in the data directory and a
+// CDI spec, per request): its own, but without its two fsyncs per file,
+// which made a call's fsyncs grow with its claims. These files need none,
+// for the reasons a spec needs none (see cdi.Writer): a rename shows them
+// whole, the page cache outlives a plugin crash, and after a reboot the
+// plugin's start removes the metadata of every claim of the boot before,
+// which the kubelet prepares again. sync, when set, replaces fsync (there
+// is none; tests count them through it).
+func metadataFileOps(sync func(*os.File) error) kubeletplugin.MetadataFileOperations {
+	return kubeletplugin.MetadataFileOperations{WriteFile: func(name string, data []byte, perm os.FileMode) error {
+		return atomicfile.Write(name, data, atomicfile.Options{Perm: perm, Durability: atomicfile.SyncNone, Sync: sync})
+	}}
+}
+
+// metadataAttributes are the attributes a container can read about its EFAs
+// (device metadata): the published ones.
+func metadataAttributes(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[string]resourceapi.DeviceAttribute {
+	out := make(map[string]resourceapi.DeviceAttribute, len(attrs))
+	for k, v := range attrs {
+		out[string(k)] = v
+	}
+	return out
+}
