@@ -33,7 +33,7 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 		p.mu.Unlock()
 		if first {
 			klog.FromContext(ctx).Info("the API server drops device taints (DRADeviceTaints disabled): unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
-			p.kickRescan()
+			p.askRescan(rescanAPI)
 		}
 		return
 	}
@@ -61,7 +61,7 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 			const why = "the API server refuses " + string(resources.AttrNUMANode) + " in list form (--numa-list needs DRAListTypeAttributes): published as a single number instead"
 			klog.FromContext(ctx).Info(why, "refused", err.Error())
 			p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", why)
-			p.kickRescan()
+			p.askRescan(rescanAPI)
 			return
 		}
 	}

@@ -49,10 +49,9 @@ type Plugin struct {
 	// directory: the lock file shared with a rolling update's other pod,
 	// and the helper's device-metadata files.
 	dataDir string
-	kick    chan struct{}
-	// scan asks for a scan of sysfs only (the kernel said a device
-	// changed): the owner check's API reads wait for the next tick.
-	scan chan struct{}
+	// rescans are the scans asked for, with their reasons, that Run has
+	// yet to make.
+	rescans *rescans
 	// Stop is called on a fatal background error (HandleError).
 	Stop func(err error)
 	// HealthInterval is how often health is re-checked and re-sent (the
@@ -167,7 +166,7 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 		kube: o.KubeClient, pods: o.Pods, dataDir: o.DataDir,
 		HealthInterval: 10 * time.Second, Metrics: NewMetrics(),
 		inventory: map[string]inventoryDevice{}, health: map[string]deviceHealth{},
-		kick: make(chan struct{}, 1), scan: make(chan struct{}, 1), checkFiles: make(chan struct{}, 1),
+		rescans: newRescans(), checkFiles: make(chan struct{}, 1),
 	}
 	p.EFAMetrics = newEFAMetrics(o.SysfsRoot, p.efaTargets)
 	p.Metrics.Registry.MustRegister(p.EFAMetrics)
@@ -197,23 +196,8 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	return p, errors.Join(errs...)
 }
 
-// kickRescan asks Run for a scan soon (a prepare saw sysfs differ from the
-// last scan); it never blocks.
-func (p *Plugin) kickRescan() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// kickScan asks Run for a scan of sysfs soon, without the owner check
-// (whose answer does not depend on sysfs); it never blocks.
-func (p *Plugin) kickScan() {
-	select {
-	case p.scan <- struct{}{}:
-	default:
-	}
-}
+// askRescan asks Run for a scan soon, saying why; it never blocks.
+func (p *Plugin) askRescan(reason rescanReason) { p.rescans.ask(reason) }
 
 // kickStorageCheck asks WatchCDI to check the directories now (a write
 // failed); it never blocks.

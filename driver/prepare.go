@@ -216,7 +216,7 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 		}
 		held["pci:"+inv.PCIAddress], held["dev:"+num] = uid, uid
 		if cur.RDMAName != inv.RDMAName || cur.Verbs.Name != inv.Uverbs {
-			p.kickRescan()
+			p.askRescan(rescanPrepare)
 		}
 		claim.Devices = append(claim.Devices, checkpoint.PreparedDevice{
 			Request: w.Request, Pool: p.cfg.NodeName, Device: w.Device, RDMAName: cur.RDMAName, Uverbs: cur.Verbs.Name,

@@ -314,7 +314,7 @@ func (p *Plugin) Recheck(ctx context.Context) {
 			return
 		}
 		v = Verdict{Key: "api", Reason: "cannot tell yet whether another owner has this node's EFAs: " + err.Error()}
-		time.AfterFunc(5*time.Second, p.kickRescan)
+		time.AfterFunc(5*time.Second, func() { p.askRescan(rescanOwnerWait) })
 	} else {
 		p.checked = true
 	}
@@ -342,24 +342,32 @@ type Verdict struct {
 	Reason string
 }
 
-// Run rescans every interval and whenever rescan receives, until ctx ends.
-func (p *Plugin) Run(ctx context.Context, interval time.Duration, rescan <-chan struct{}) {
+// Run rescans every interval, whenever signal receives (SIGHUP), and
+// whenever a scan is asked for (askRescan), until ctx ends. Each scan
+// checks again for another owner of the EFAs unless a uevent alone asked
+// for it.
+func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan struct{}) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastErr string
 	for {
-		recheck := true
+		var reasons []rescanReason
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-rescan:
-		case <-p.kick:
-		case <-p.scan:
-			recheck = false
+			reasons = append(p.rescans.take(), rescanInterval)
+		case <-signal:
+			reasons = append(p.rescans.take(), rescanSignal)
+		case <-p.rescans.ready:
+			reasons = p.rescans.take()
+			if len(reasons) == 0 {
+				continue
+			}
 		}
-		if recheck {
+		logger.V(2).Info("Rescanning", "reasons", reasons)
+		if anyRecheck(reasons) {
 			p.Recheck(ctx)
 		}
 		// Publish logs what it changed; a scan's errors are logged here

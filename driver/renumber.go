@@ -176,7 +176,7 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 		devs[i] = d
 		moved = append(moved, m)
 		p.Metrics.Renumbered.Inc()
-		p.kickRescan()
+		p.askRescan(rescanPrepare)
 	}
 	changed := len(moved) > 0
 	if changed {

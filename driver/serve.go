@@ -279,7 +279,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			plugin.HandleError(ctx, fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, err), msg)
 		}}
 	defer pub.Stop()
-	pub.Watch(ctx, plugin.kickRescan)
+	pub.Watch(ctx, func() { plugin.askRescan(rescanSlices) })
 	plugin.SetPublisher(pub)
 	if _, err := plugin.Publish(ctx); err != nil {
 		logger.Error(err, "publishing")

@@ -16,7 +16,7 @@ import (
 // several events per EFA) makes one rescan: the first event starts a quiet
 // period that each further event extends, up to a cap, so the rescan
 // starts within ueventMaxWait of the first event even while events keep
-// coming. The rescan goes through Run (kickScan), so it never
+// coming. The rescan goes through Run (askRescan), so it never
 // runs beside a periodic one; it skips the owner check's API reads, which
 // the hardware does not change. Port state (ACTIVE, DOWN) sends no uevent: it
 // is polled with health.
@@ -86,7 +86,7 @@ func (p *Plugin) WatchUevents(ctx context.Context, src UeventSource) {
 		logger.V(2).Info("devices changed: rescanning", "events", b.count, "firstAction", b.first.Action,
 			"firstSubsystem", b.first.Subsystem, "firstDevPath", b.first.DevPath, "eventsLost", b.lost,
 			"waited", time.Since(b.started).Round(time.Millisecond))
-		p.kickScan()
+		p.askRescan(rescanUevent)
 	})
 }
 

@@ -205,12 +205,12 @@ func TestUeventSourceFails(t *testing.T) {
 // TestStartUeventsOpenFails: a source that cannot be opened leaves the
 // plugin without a watch, and stop returns at once.
 func TestStartUeventsOpenFails(t *testing.T) {
-	p := &Plugin{kick: make(chan struct{}, 1), scan: make(chan struct{}, 1)}
+	p := &Plugin{rescans: newRescans()}
 	p.startUevents(t.Context(), func() (UeventSource, error) { return nil, errors.New("permission denied") })()
 	p.startUevents(t.Context(), nil)()
 	select {
-	case <-p.scan:
-		t.Fatal("kicked without a source")
+	case <-p.rescans.ready:
+		t.Fatal("a rescan asked for without a source")
 	default:
 	}
 }
@@ -224,14 +224,15 @@ func TestKernelUeventKicks(t *testing.T) {
 	if len(files) == 0 || os.Geteuid() != 0 {
 		t.Skip("needs root and a PCI function in /sys to send a uevent")
 	}
-	p := &Plugin{kick: make(chan struct{}, 1), scan: make(chan struct{}, 1)}
+	p := &Plugin{rescans: newRescans()}
 	stop := p.startUevents(t.Context(), KernelUevents)
 	defer stop()
 	if err := os.WriteFile(files[0], []byte("change"), 0); err != nil {
 		t.Skipf("cannot send a uevent through %s: %v", files[0], err)
 	}
 	select {
-	case <-p.scan:
+	case <-p.rescans.ready:
+		assert.Equal(t, []rescanReason{rescanUevent}, p.rescans.take(), "a uevent's scan reads sysfs only")
 	case <-time.After(time.Second):
 		t.Fatal("no rescan within a second of a PCI uevent")
 	}

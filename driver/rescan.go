@@ -1,0 +1,63 @@
+package driver
+
+import (
+	"slices"
+	"sync"
+)
+
+// rescanReason says why a scan is asked for. Every reason but a uevent also
+// checks again for another owner of the EFAs (API reads whose answer does
+// not depend on sysfs).
+type rescanReason string
+
+const (
+	rescanInterval  rescanReason = "interval"   // the periodic scan
+	rescanSignal    rescanReason = "signal"     // SIGHUP
+	rescanUevent    rescanReason = "uevent"     // the kernel said a device changed: sysfs only
+	rescanPrepare   rescanReason = "prepare"    // a prepare or a refresh saw sysfs differ from the last scan
+	rescanAPI       rescanReason = "api-server" // the API server dropped fields of a publish
+	rescanSlices    rescanReason = "slices"     // another dra.net publisher's slices changed
+	rescanOwnerWait rescanReason = "owner-wait" // the owner check could not tell: ask again in 5 s
+)
+
+// recheck tells whether a scan for the reason checks for another owner.
+func (r rescanReason) recheck() bool { return r != rescanUevent }
+
+// rescans are the scans asked for and not yet run: one request carries its
+// reason, requests made while one waits join it, and Run takes them all at
+// once.
+type rescans struct {
+	ready   chan struct{} // holds one token while reasons wait
+	mu      sync.Mutex
+	pending []rescanReason
+}
+
+func newRescans() *rescans { return &rescans{ready: make(chan struct{}, 1)} }
+
+// ask asks for a scan for reason; it never blocks.
+func (q *rescans) ask(reason rescanReason) {
+	q.mu.Lock()
+	if !slices.Contains(q.pending, reason) {
+		q.pending = append(q.pending, reason)
+	}
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the reasons waiting, in the order first asked, and clears
+// them.
+func (q *rescans) take() []rescanReason {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.pending
+	q.pending = nil
+	return out
+}
+
+// anyRecheck tells whether one of the reasons checks for another owner.
+func anyRecheck(rs []rescanReason) bool {
+	return slices.ContainsFunc(rs, rescanReason.recheck)
+}
