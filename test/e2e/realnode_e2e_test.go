@@ -140,6 +140,16 @@ func (n *realNode) killContainer(t *testing.T, id string) {
 	require.NoError(t, err, "%s", out)
 }
 
+// waitRestarted waits until the kubelet has started the pod's container
+// again, more than restarts times in all.
+func (n *realNode) waitRestarted(t *testing.T, pod string, restarts int32) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, r := n.containerID(t, pod)
+		return r > restarts
+	}, 90*time.Second, 200*time.Millisecond, "the container of %s restarted", pod)
+}
+
 // wipeCDI removes every file of the CDI directory, as an operator's rm or
 // a tmpfs at reboot does.
 func (n *realNode) wipeCDI(t *testing.T) {
@@ -268,10 +278,7 @@ func TestRealNodeP5(t *testing.T) {
 		n.wipeCDI(t)
 		n.rewriteAccelSpecs()
 		n.killContainer(t, id)
-		require.Eventually(t, func() bool {
-			_, r := n.containerID(t, "restart")
-			return r > restarts
-		}, 90*time.Second, 200*time.Millisecond, "the container restarted")
+		n.waitRestarted(t, "restart", restarts)
 		again, _ := n.waitPrinted(t, "restart")
 		assert.Equal(t, got.Nodes, again.Nodes, "the restarted container holds its EFA again")
 		n.check(t, again, nodes, claimsOf(claims), nil)

@@ -293,10 +293,7 @@ func TestRealNodeFaults(t *testing.T) {
 		// EFA under its new number, not the old one (another EFA's now).
 		id, restarts := n.containerID(t, "renum")
 		n.killContainer(t, id)
-		require.Eventually(t, func() bool {
-			_, r := n.containerID(t, "renum")
-			return r > restarts
-		}, 90*time.Second, 200*time.Millisecond, "the container restarted")
+		n.waitRestarted(t, "renum", restarts)
 		again, _ := n.waitPrinted(t, "renum")
 		assert.Equal(t, []string{now}, again.Nodes, "the restarted container holds its own EFA's new number")
 	})
