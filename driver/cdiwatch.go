@@ -37,7 +37,7 @@ func (p *Plugin) WatchCDI(ctx context.Context, check time.Duration) {
 	for ctx.Err() == nil {
 		w, err := p.watchDir()
 		if err != nil {
-			logger.Error(err, "watching the CDI directory; checking its specs every interval instead", "dir", p.cdi.Dir(), "interval", check)
+			logger.Error(err, "watching the CDI directory; checking its specs every interval instead", "dir", p.claims.cdi.Dir(), "interval", check)
 		}
 		p.repairIfMissing(ctx)
 		p.watchLoop(ctx, w, tick.C)
@@ -49,14 +49,14 @@ func (p *Plugin) WatchCDI(ctx context.Context, check time.Duration) {
 
 // watchDir makes the CDI directory if it is gone and watches it.
 func (p *Plugin) watchDir() (*fsnotify.Watcher, error) {
-	if err := os.MkdirAll(p.cdi.Dir(), 0o755); err != nil {
+	if err := os.MkdirAll(p.claims.cdi.Dir(), 0o755); err != nil {
 		return nil, err
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Add(p.cdi.Dir()); err != nil {
+	if err := w.Add(p.claims.cdi.Dir()); err != nil {
 		_ = w.Close()
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (p *Plugin) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan
 			if w == nil {
 				return // try to watch again
 			}
-		case <-p.checkFiles:
+		case <-p.claims.checkFiles:
 			p.checkStorage(ctx)
 		case <-errs:
 			return
@@ -90,7 +90,7 @@ func (p *Plugin) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan
 			if !ok {
 				return
 			}
-			if ev.Name == p.cdi.Dir() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+			if ev.Name == p.claims.cdi.Dir() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 				return
 			}
 			if ev.Has(fsnotify.Remove|fsnotify.Rename) && delay == nil {
@@ -118,11 +118,11 @@ func (p *Plugin) repairIfMissing(ctx context.Context) {
 func (p *Plugin) specsMissing() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for uid, c := range p.state.Claims {
+	for uid, c := range p.claims.state.Claims {
 		if len(c.Devices) == 0 {
 			continue
 		}
-		if ok, err := p.cdi.Exists(uid); err != nil || !ok {
+		if ok, err := p.claims.cdi.Exists(uid); err != nil || !ok {
 			return true
 		}
 		if p.metadataMissing(c) {
@@ -147,8 +147,8 @@ func (p *Plugin) RepairSpecs(ctx context.Context) error {
 // repair is RepairSpecs without the Events: it returns each claim's EFAs
 // that were renumbered.
 func (p *Plugin) repair(ctx context.Context) ([]claimRenumbered, error) {
-	if p.dataDir != "" {
-		unlock, err := lockDataDir(p.dataDir)
+	if p.claims.dataDir != "" {
+		unlock, err := lockDataDir(p.claims.dataDir)
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +164,7 @@ func (p *Plugin) repair(ctx context.Context) ([]claimRenumbered, error) {
 	errs, moved := p.restoreClaims(ctx, false)
 	var out []claimRenumbered
 	for uid, m := range moved {
-		c := p.state.Claims[uid]
+		c := p.claims.state.Claims[uid]
 		out = append(out, claimRenumbered{UID: uid, Namespace: c.Namespace, Name: c.Name, Devices: m})
 	}
 	slices.SortFunc(out, func(a, b claimRenumbered) int { return strings.Compare(a.UID, b.UID) })

@@ -44,11 +44,11 @@ func TestNUMAListFallsBack(t *testing.T) {
 		require.NoError(t, err)
 		w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 		require.NoError(t, err)
-		p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, NUMAList: true},
-			SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
-		require.NoError(t, err)
 		var stopped error
-		p.Stop = func(err error) { stopped = err }
+		p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, NUMAList: true},
+			SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
+			Stop: func(err error) { stopped = err }})
+		require.NoError(t, err)
 		rec := &recorder{}
 		p.SetPublisher(rec)
 		_, err = p.Rescan(context.Background())
@@ -114,14 +114,11 @@ func TestDroppedCountersWithdrawn(t *testing.T) {
 	require.NoError(t, err)
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
-		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
-	require.NoError(t, err)
 	var mu sync.Mutex
 	var stopped error
 	withdrawnAtStop := false
 	pub := &withdrawRecorder{release: make(chan struct{}), withdrawn: make(chan struct{})}
-	p.Stop = func(err error) {
+	stop := func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		stopped = err
@@ -131,6 +128,9 @@ func TestDroppedCountersWithdrawn(t *testing.T) {
 		default:
 		}
 	}
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
+		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA, Stop: stop})
+	require.NoError(t, err)
 	p.SetPublisher(pub)
 	_, err = p.Rescan(context.Background())
 	require.NoError(t, err)

@@ -1,8 +1,9 @@
 package driver
 
 import (
-	"github.com/efakit/efakit/driver/resources"
 	"testing"
+
+	"github.com/efakit/efakit/driver/resources"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -208,7 +208,7 @@ func exported(t *testing.T) map[string]map[string]bool {
 	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
 	require.NoError(t, err)
 	require.NoError(t, res[c.UID].Err)
-	mfs, err := p.Metrics.Registry.Gather()
+	mfs, err := p.Registry().Gather()
 	require.NoError(t, err)
 	out := map[string]map[string]bool{}
 	for _, mf := range mfs {

@@ -19,6 +19,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/metrics"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/testfixture"
@@ -132,11 +133,11 @@ func TestEFAMetricsChangeBetweenReads(t *testing.T) {
 	s.cur.Store(p5With(t, map[string]string{"ports/1/hw_counters/tx_bytes": "1000\n", "hw_counters/keep_alive_rcvd": "7\n"}))
 	p := newTestPlugin(t, s)
 	now := time.Unix(1000, 0)
-	p.EFAMetrics.Now = func() time.Time { return now }
+	p.EFAMetrics().Now = func() time.Time { return now }
 	_, err := p.Rescan(context.Background())
 	require.NoError(t, err)
 
-	ss := gather(t, p.Metrics.Registry)
+	ss := gather(t, p.Registry())
 	port := map[string]string{"device": "rdmap79s0", "port": "1", "pci_address": "0000:4f:00.0",
 		"pcie_root": "pci0000:44", "dra_device": "efa-0000-4f-00-0", "claim_namespace": "", "claim_name": "", "claim_uid": ""}
 	assert.Equal(t, 1000.0, one(t, ss, "efakit_efa_tx_bytes_total", port))
@@ -149,8 +150,8 @@ func TestEFAMetricsChangeBetweenReads(t *testing.T) {
 	assert.Empty(t, find(ss, "efakit_efa_port_other_total", nil))
 
 	s.cur.Store(p5With(t, map[string]string{"ports/1/hw_counters/tx_bytes": "5000\n", "hw_counters/keep_alive_rcvd": "9\n", "ports/1/state": "1: DOWN\n"}))
-	now = now.Add(driver.DefaultEFAMetricsCacheFor)
-	ss = gather(t, p.Metrics.Registry)
+	now = now.Add(metrics.DefaultEFACacheFor)
+	ss = gather(t, p.Registry())
 	assert.Equal(t, 5000.0, one(t, ss, "efakit_efa_tx_bytes_total", port))
 	assert.Equal(t, 9.0, one(t, ss, "efakit_efa_keep_alive_received_total", efa0))
 	assert.Equal(t, 0.0, one(t, ss, "efakit_efa_port_active", port))
@@ -173,7 +174,7 @@ func TestEFAMetricsEveryCounter(t *testing.T) {
 	p := newTestPlugin(t, p5With(t, files))
 	_, err := p.Rescan(context.Background())
 	require.NoError(t, err)
-	ss := gather(t, p.Metrics.Registry)
+	ss := gather(t, p.Registry())
 	names := map[float64]string{}
 	for _, s := range ss {
 		if s.labels["device"] == "rdmap79s0" && strings.HasPrefix(s.name, "efakit_efa_") && strings.HasSuffix(s.name, "_total") {
@@ -202,7 +203,7 @@ func TestEFAMetricsBadFiles(t *testing.T) {
 	t.Parallel()
 	p := newTestPlugin(t, p5With(t, map[string]string{"ports/1/hw_counters/rx_bytes": "lots\n", "ports/1/rate": dropFile}))
 	_, _ = p.Rescan(context.Background()) // the scan reports the missing rate too
-	ss := gather(t, p.Metrics.Registry)
+	ss := gather(t, p.Registry())
 	assert.Empty(t, find(ss, "efakit_efa_rx_bytes_total", efa0))
 	assert.Empty(t, find(ss, "efakit_efa_port_rate_bytes_per_second", efa0))
 	assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", efa0), 1)
@@ -225,7 +226,7 @@ func TestEFAMetricsClaimLabels(t *testing.T) {
 	p, err := driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
 		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
 	require.NoError(t, err)
-	p.EFAMetrics.CacheFor = 0
+	p.EFAMetrics().CacheFor = 0
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
 
@@ -241,7 +242,7 @@ func TestEFAMetricsClaimLabels(t *testing.T) {
 		require.Len(t, f, 1, dev)
 		return [3]string{f[0].labels["claim_namespace"], f[0].labels["claim_name"], f[0].labels["claim_uid"]}
 	}
-	ss := gather(t, p.Metrics.Registry)
+	ss := gather(t, p.Registry())
 	assert.Equal(t, [3]string{"default", "single", string(single.UID)}, owner(ss, "efa-0000-60-00-0"))
 	for _, m := range []string{"efa-0000-4f-00-0", "efa-0000-50-00-0", "efa-0000-51-00-0", "efa-0000-52-00-0"} {
 		assert.Equal(t, [3]string{"default", "group", string(group.UID)}, owner(ss, m), m)
@@ -254,7 +255,7 @@ func TestEFAMetricsClaimLabels(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, u[single.UID])
 	require.NoError(t, u[group.UID])
-	ss = gather(t, p.Metrics.Registry)
+	ss = gather(t, p.Registry())
 	for _, s := range find(ss, "efakit_efa_tx_bytes_total", nil) {
 		assert.Empty(t, s.labels["claim_uid"], s.labels["dra_device"])
 	}
@@ -272,12 +273,12 @@ func TestEFAMetricsLint(t *testing.T) {
 	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
 	require.NoError(t, err)
 	require.NoError(t, res[c.UID].Err)
-	ss := gather(t, p.Metrics.Registry)
+	ss := gather(t, p.Registry())
 	require.NotEmpty(t, find(ss, "efakit_efa_tx_bytes_total", map[string]string{"claim_name": "c"}))
 	require.NotEmpty(t, find(ss, "efakit_efa_other_total", nil))
 	// promlint is what testutil.GatherAndLint runs; testutil itself would
 	// add a module to go.mod for its diffs.
-	mfs, err := p.Metrics.Registry.Gather()
+	mfs, err := p.Registry().Gather()
 	require.NoError(t, err)
 	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
 	require.NoError(t, err)
@@ -306,12 +307,12 @@ func TestEFAMetricsCache(t *testing.T) {
 	p := newTestPlugin(t, cfs)
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
-	p.EFAMetrics.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	p.EFAMetrics().Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	_, err = p.Rescan(context.Background())
 	require.NoError(t, err)
 	before := counterOpens(cfs)
 
-	gather(t, p.Metrics.Registry)
+	gather(t, p.Registry())
 	oneRead := counterOpens(cfs) - before
 	require.Positive(t, oneRead)
 	var wg sync.WaitGroup
@@ -319,21 +320,21 @@ func TestEFAMetricsCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := p.Metrics.Registry.Gather()
+			_, err := p.Registry().Gather()
 			assert.NoError(t, err)
 		}()
 	}
 	wg.Wait()
 	mu.Lock()
-	now = now.Add(driver.DefaultEFAMetricsCacheFor - time.Millisecond)
+	now = now.Add(metrics.DefaultEFACacheFor - time.Millisecond)
 	mu.Unlock()
-	gather(t, p.Metrics.Registry)
+	gather(t, p.Registry())
 	assert.Equal(t, oneRead, counterOpens(cfs)-before, "ten scrapes within the interval: one read")
 
 	mu.Lock()
 	now = now.Add(time.Millisecond)
 	mu.Unlock()
-	gather(t, p.Metrics.Registry)
+	gather(t, p.Registry())
 	assert.Equal(t, 2*oneRead, counterOpens(cfs)-before, "after the interval: read again")
 }
 
@@ -346,7 +347,7 @@ func TestEFAMetricsConcurrentScrapesOneRead(t *testing.T) {
 	b := newBlockFS(root.ReadLinkFS, ibDir+"/ports/1/hw_counters/tx_bytes")
 	cfs := testfixture.NewCountFS(b)
 	p := newTestPlugin(t, cfs)
-	p.EFAMetrics.Timeout = time.Minute
+	p.EFAMetrics().Timeout = time.Minute
 	_, err = p.Rescan(context.Background())
 	require.NoError(t, err)
 	before := counterOpens(cfs)
@@ -357,7 +358,7 @@ func TestEFAMetricsConcurrentScrapesOneRead(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = gather(t, p.Metrics.Registry)
+			results[i] = gather(t, p.Registry())
 		}()
 	}
 	<-b.entered // the first read is under way and blocked
@@ -409,14 +410,14 @@ func TestEFAMetricsTimeout(t *testing.T) {
 	p := newTestPlugin(t, cfs)
 	// Long enough for the 31 other reads (a few milliseconds) on a loaded
 	// machine under the race detector.
-	p.EFAMetrics.Timeout = driver.DefaultEFAMetricsTimeout
-	p.EFAMetrics.CacheFor = 0
+	p.EFAMetrics().Timeout = metrics.DefaultEFATimeout
+	p.EFAMetrics().CacheFor = 0
 	_, err = p.Rescan(context.Background())
 	require.NoError(t, err)
 
 	scrape := func() []series {
 		done := make(chan []series, 1)
-		go func() { done <- gather(t, p.Metrics.Registry) }()
+		go func() { done <- gather(t, p.Registry()) }()
 		select {
 		case ss := <-done:
 			return ss
@@ -438,7 +439,7 @@ func TestEFAMetricsTimeout(t *testing.T) {
 
 	close(b.release)
 	require.Eventually(t, func() bool {
-		return len(find(gather(t, p.Metrics.Registry), "efakit_efa_tx_bytes_total", efa0)) == 1
+		return len(find(gather(t, p.Registry()), "efakit_efa_tx_bytes_total", efa0)) == 1
 	}, time.Minute, 10*time.Millisecond)
 }
 
@@ -454,12 +455,12 @@ func BenchmarkEFAMetricsScrape(b *testing.B) {
 		Store: checkpoint.NewStore(b.TempDir()), BootID: bootA,
 	})
 	require.NoError(b, err)
-	p.EFAMetrics.CacheFor = 0
+	p.EFAMetrics().CacheFor = 0
 	_, err = p.Rescan(context.Background())
 	require.NoError(b, err)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := p.Metrics.Registry.Gather(); err != nil {
+		if _, err := p.Registry().Gather(); err != nil {
 			b.Fatal(err)
 		}
 	}

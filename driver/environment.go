@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/efakit/efakit/driver/resources"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/efakit/efakit/driver/resources"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -66,7 +67,7 @@ func (p *Plugin) environment(ctx context.Context, c *resourceapi.ResourceClaim, 
 // envElsewhere reports whether a prepared claim, or another claim of this
 // call, sets the libfabric environment.
 func (p *Plugin) envElsewhere(c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) bool {
-	for _, pc := range p.state.Claims {
+	for _, pc := range p.claims.state.Claims {
 		if len(pc.Env) > 0 {
 			return true
 		}
@@ -117,7 +118,7 @@ type source struct {
 // one call, so it is another pod's, which is checked when it is prepared.
 func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.ResourceClaim) []source {
 	var out []source
-	for _, pc := range p.state.Claims {
+	for _, pc := range p.claims.state.Claims {
 		if pc.Namespace == namespace && pc.Name == name {
 			for _, d := range pc.Devices {
 				s := source{claim: name, request: baseRequest(d.Request), env: len(pc.Env[baseRequest(d.Request)]) > 0}

@@ -12,7 +12,7 @@ import (
 // describeClaim names a prepared claim for a refusal: namespace/name, its
 // UID, and the pods that use it where the kubelet says.
 func (p *Plugin) describeClaim(ctx context.Context, uid string) string {
-	c, ok := p.state.Claims[uid]
+	c, ok := p.claims.state.Claims[uid]
 	if !ok {
 		return uid
 	}
@@ -24,7 +24,7 @@ func (p *Plugin) describeClaim(ctx context.Context, uid string) string {
 // for each device number its containers may hold, stale ones included.
 func (p *Plugin) held(except string) map[string]string {
 	out := map[string]string{}
-	for uid, c := range p.state.Claims {
+	for uid, c := range p.claims.state.Claims {
 		if uid == except {
 			continue
 		}
@@ -55,7 +55,7 @@ func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool)
 	if r, ok := seen[uid]; ok {
 		return r
 	}
-	prev, ok := p.state.Claims[uid]
+	prev, ok := p.claims.state.Claims[uid]
 	if !ok || p.kube == nil {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/driver/resources"
 )
 
@@ -28,8 +29,8 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 		// as on 1.34 and 1.35 by default): unhealthy devices are left out
 		// of the slices instead, from the next publish on.
 		p.mu.Lock()
-		first := !p.taintsDropped
-		p.taintsDropped = true
+		first := !p.publishing.taintsDropped
+		p.publishing.taintsDropped = true
 		p.mu.Unlock()
 		if first {
 			klog.FromContext(ctx).Info("the API server drops device taints (DRADeviceTaints disabled): unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
@@ -44,7 +45,7 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 		err = fmt.Errorf("the API server dropped fields of the published slices (disabled features: %v); group mode %q needs DRAPartitionableDevices: run with --groups=none or exclusive: %w",
 			dropped.DisabledFeatures(), p.cfg.Groups, err)
 		klog.FromContext(ctx).Error(err, msg)
-		p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", "efakit stops: "+err.Error())
+		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", "efakit stops: "+err.Error())
 		p.withdrawAndStop(ctx, err)
 		return
 	}
@@ -54,21 +55,21 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 		// and validation then finds numaNode without a value. The scalar
 		// form says the same of an EFA, which has one NUMA node.
 		p.mu.Lock()
-		first := p.cfg.NUMAList && !p.numaScalar
-		p.numaScalar = true
+		first := p.cfg.NUMAList && !p.publishing.numaScalar
+		p.publishing.numaScalar = true
 		p.mu.Unlock()
 		if first {
 			const why = "the API server refuses " + string(resources.AttrNUMANode) + " in list form (--numa-list needs DRAListTypeAttributes): published as a single number instead"
 			klog.FromContext(ctx).Info(why, "refused", err.Error())
-			p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", why)
+			p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", why)
 			p.askRescan(rescanAPI)
 			return
 		}
 	}
 	klog.FromContext(ctx).Error(err, msg)
-	p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", msg+": "+err.Error())
-	if !errors.Is(err, kubeletplugin.ErrRecoverable) && p.Stop != nil {
-		p.Stop(fmt.Errorf("%s: %w", msg, err))
+	p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", msg+": "+err.Error())
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && p.ops.stop != nil {
+		p.ops.stop(fmt.Errorf("%s: %w", msg, err))
 	}
 }
 
@@ -78,18 +79,18 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 // Withdraw stops and waits for.
 func (p *Plugin) withdrawAndStop(ctx context.Context, err error) {
 	p.mu.Lock()
-	if p.stopping {
+	if p.publishing.stopping {
 		// Each slice reports its drop: the first report stops.
 		p.mu.Unlock()
 		return
 	}
-	p.stopping = true
-	pub := p.pub
-	p.pub = nil // publish nothing more
+	p.publishing.stopping = true
+	pub := p.publishing.to
+	p.publishing.to = nil // publish nothing more
 	p.mu.Unlock()
 	stop := func() {
-		if p.Stop != nil {
-			p.Stop(err)
+		if p.ops.stop != nil {
+			p.ops.stop(err)
 		}
 	}
 	w, ok := pub.(withdrawer)
@@ -97,14 +98,14 @@ func (p *Plugin) withdrawAndStop(ctx context.Context, err error) {
 		stop()
 		return
 	}
-	go func() {
+	p.ops.spawn(func() {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if werr := w.Withdraw(wctx); werr != nil {
 			klog.FromContext(ctx).Error(werr, "withdrawing the slices before stopping")
 		}
 		stop()
-	}()
+	})
 }
 
 // numaListRefused reports whether err is the API server refusing a slice
@@ -132,7 +133,7 @@ func numaListRefused(err error) bool {
 // disappears, loses its driver, leaves ACTIVE or loses its uverbs node is
 // reported Unhealthy.
 func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	t := time.NewTicker(p.HealthInterval)
+	t := time.NewTicker(p.ops.healthInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -153,17 +154,17 @@ func (p *Plugin) healthReport() kubeletplugin.DeviceHealthReport {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	names := make([]string, 0, len(p.health))
-	for n := range p.health {
+	names := make([]string, 0, len(p.inv.health))
+	for n := range p.inv.health {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var r kubeletplugin.DeviceHealthReport
 	for _, n := range names {
-		h := p.health[n]
+		h := p.inv.health[n]
 		r.Devices = append(r.Devices, kubeletplugin.DeviceHealth{
 			PoolName: p.cfg.NodeName, DeviceName: n, Health: h.status, Message: h.message,
-			LastUpdated: now, HealthCheckTimeout: 3 * p.HealthInterval,
+			LastUpdated: now, HealthCheckTimeout: 3 * p.ops.healthInterval,
 		})
 	}
 	return r
@@ -182,7 +183,7 @@ type healthChange struct {
 func (p *Plugin) healthChanges(now map[string]deviceHealth, inv map[string]inventoryDevice) []healthChange {
 	var out []healthChange
 	for name, h := range now {
-		was, known := p.health[name]
+		was, known := p.inv.health[name]
 		bad, wasBad := h.status == kubeletplugin.HealthStatusUnhealthy, known && was.status == kubeletplugin.HealthStatusUnhealthy
 		if bad == wasBad && (!bad || was.message == h.message) {
 			continue
@@ -192,7 +193,7 @@ func (p *Plugin) healthChanges(now map[string]deviceHealth, inv map[string]inven
 		}
 		rdma := inv[name].RDMAName
 		if rdma == "" {
-			rdma = p.inventory[name].RDMAName
+			rdma = p.inv.devices[name].RDMAName
 		}
 		out = append(out, healthChange{device: name, rdma: rdma, now: h})
 	}
@@ -215,11 +216,11 @@ func (p *Plugin) reportHealth(ctx context.Context, changes []healthChange) {
 		if c.now.status == kubeletplugin.HealthStatusUnhealthy {
 			msg := fmt.Sprintf("%s is unhealthy: %s; kept out of new allocations, allocated claims keep it", what, c.now.message)
 			logger.Info("EFA unhealthy", "device", c.device, "rdmaDevice", c.rdma, "why", c.now.message)
-			p.Events.record(corev1.EventTypeWarning, ReasonUnhealthy, c.device, msg)
+			p.ops.events.Record(corev1.EventTypeWarning, events.ReasonUnhealthy, c.device, msg)
 			continue
 		}
 		logger.Info("EFA healthy again", "device", c.device, "rdmaDevice", c.rdma)
-		p.Events.record(corev1.EventTypeNormal, ReasonHealthy, c.device, what+" is healthy again")
+		p.ops.events.Record(corev1.EventTypeNormal, events.ReasonHealthy, c.device, what+" is healthy again")
 	}
 }
 
@@ -227,6 +228,6 @@ func (p *Plugin) reportHealth(ctx context.Context, changes []healthChange) {
 func (p *Plugin) isGroup(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.healthMembers[name]
+	_, ok := p.inv.healthMembers[name]
 	return ok
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/driver/podresources/podresourcestest"
 	"github.com/efakit/efakit/driver/resources"
@@ -160,7 +161,7 @@ func TestPrepareReadsSysfsNow(t *testing.T) {
 
 func metricValue(t *testing.T, p *driver.Plugin, name string) float64 {
 	t.Helper()
-	mfs, err := p.Metrics.Registry.Gather()
+	mfs, err := p.Registry().Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == name {
@@ -427,16 +428,16 @@ func TestModuleReloadSeenAtRuntime(t *testing.T) {
 	defer pods.Close()
 	w, err := cdi.NewWriter(d.cdi, "dra.net")
 	require.NoError(t, err)
+	client := fake.NewClientset()
+	rec := events.New(client, node)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
 		Config: resources.Config{NodeName: node}, SysfsRoot: s, CDI: w, Pods: pods,
-		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data,
+		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data, Events: rec,
 	})
 	require.NoError(t, err)
-	client := fake.NewClientset()
-	p.Events = driver.NewEvents(client, node)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go p.Events.Run(ctx)
+	go rec.Run(ctx)
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
 
@@ -461,7 +462,7 @@ func TestModuleReloadSeenAtRuntime(t *testing.T) {
 	require.Eventually(t, func() bool { return len(nodeEvents(t, client)) == 1 }, 10*time.Second, 10*time.Millisecond)
 	ev := nodeEvents(t, client)[0]
 	assert.Equal(t, corev1.EventTypeWarning, ev.Type)
-	assert.Equal(t, driver.ReasonRenumbered, ev.Reason)
+	assert.Equal(t, events.ReasonRenumbered, ev.Reason)
 	assert.Contains(t, ev.Message, "EFAs of claim default/a renumbered")
 	assert.Contains(t, ev.Message, "efa-0000-4f-00-0 was rdmap79s0 uverbs0 231:192, is rdmap79s0 uverbs1 231:193")
 	assert.Contains(t, ev.Message, "containers of pods default/trainer that started before hold the old numbers")

@@ -23,6 +23,8 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/owners"
+	"github.com/efakit/efakit/driver/publishing"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
@@ -228,7 +230,7 @@ func TestLogNetnsUnknownOnce(t *testing.T) {
 	t.Parallel()
 	ctx, logged := testLogger(t)
 	live := &switchLive{err: errors.New("netlink: protocol not supported")}
-	check := driver.NetnsCheck(live)
+	check := owners.Netns(live)
 	for range 5 {
 		v, err := check(ctx)
 		require.NoError(t, err)
@@ -261,7 +263,7 @@ func TestSliceRepair(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
-	pub := &driver.SlicePublisher{Ctx: ctx, Client: client, DriverName: "dra.net", NodeName: node}
+	pub := &publishing.Slices{Ctx: ctx, Client: client, DriverName: "dra.net", NodeName: node}
 	defer pub.Stop()
 	pub.Watch(ctx, func() {})
 	topoRes := publishedP5(t)

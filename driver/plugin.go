@@ -1,13 +1,19 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/efakit/efakit/driver/resources"
 	"io/fs"
 	"sync"
 	"time"
+
+	"github.com/efakit/efakit/driver/events"
+	"github.com/efakit/efakit/driver/metrics"
+	"github.com/efakit/efakit/driver/owners"
+	"github.com/efakit/efakit/driver/resources"
+	"github.com/prometheus/client_golang/prometheus"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
@@ -21,7 +27,7 @@ import (
 	"github.com/efakit/efakit/efa"
 )
 
-// Publisher publishes the node's devices: a SlicePublisher in the plugin,
+// Publisher publishes the node's devices: a publishing.Slices in the plugin,
 // a recorder in tests.
 type Publisher interface {
 	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
@@ -29,13 +35,17 @@ type Publisher interface {
 
 // Plugin is the DRA kubelet plugin's logic: it scans sysfs, publishes the
 // EFAs, and prepares claims through CDI specs and a checkpoint. It
-// implements kubeletplugin.DRAPlugin.
+// implements kubeletplugin.DRAPlugin over parts with one concern each:
+// the inventory (what the last scan found, and health), the publishing
+// state, the claim state (checkpoint, CDI, held device numbers) and the
+// operations hooks, all set by NewPlugin. The three states are guarded by
+// one mutex: a prepare decides on the inventory and the claim state at
+// once, and a publish on the inventory and the publishing state. Its
+// goroutines are started and stopped by Serve (see run.go), never by the
+// Plugin itself, save the helper's calls.
 type Plugin struct {
-	cfg    resources.Config
-	sysfs  fs.ReadLinkFS
-	cdi    *cdi.Writer
-	store  *checkpoint.Store
-	bootID string
+	cfg   resources.Config
+	sysfs fs.ReadLinkFS
 	// kube reads a prepared claim whose EFAs another claim asks for (the
 	// forced-delete handover); nil without an API server (tests, efakit
 	// slices).
@@ -45,56 +55,85 @@ type Plugin struct {
 	// check, and the pods named where a claim is refused or renumbered.
 	// nil without a kubelet.
 	pods PodLister
-	// dataDir is the plugin's directory under the kubelet's plugins
-	// directory: the lock file shared with a rolling update's other pod,
-	// and the helper's device-metadata files.
-	dataDir string
+	ops  operations
 	// rescans are the scans asked for, with their reasons, that Run has
 	// yet to make.
 	rescans *rescans
-	// Stop is called on a fatal background error (HandleError).
-	Stop func(err error)
-	// HealthInterval is how often health is re-checked and re-sent (the
-	// kubelet treats a device as unknown after 30 s without a report).
-	HealthInterval time.Duration
-	Metrics        *Metrics
-	// EFAMetrics exports the EFAs' counters in Metrics.Registry.
-	EFAMetrics *EFAMetrics
-	// Events, when set, records health changes, standing aside and failed
-	// publishes as Events on the Node (Serve sets it).
-	Events *Events
-	// Precheck, when set, runs before each periodic scan and says why the
-	// plugin must publish and prepare nothing (an empty Verdict when it
-	// may), or an error when it cannot tell: Serve uses it to stand aside
-	// where the EFA device plugin or another dra.net driver owns the EFAs.
-	Precheck func(ctx context.Context) (Verdict, error)
 
-	mu      sync.Mutex
-	blocked string // why nothing is published; "" normally
-	checked bool   // Precheck answered at least once
-	pub     Publisher
+	mu         sync.Mutex
+	inv        inventory
+	publishing publishState
+	claims     claimState
+}
+
+// operations are the Plugin's hooks and outputs beside its API: set by
+// NewPlugin, never changed after.
+type operations struct {
+	metrics *metrics.Metrics
+	// efa exports the EFAs' counters in metrics.Registry.
+	efa *metrics.EFA
+	// events records health changes, standing aside and failed publishes
+	// as Events on the Node; nil records nothing.
+	events *events.Recorder
+	// stop is called on a fatal background error (HandleError); nil for
+	// none.
+	stop func(err error)
+	// precheck runs before each periodic scan and says why the plugin must
+	// publish and prepare nothing (an empty Verdict when it may), or an
+	// error when it cannot tell; nil for no check.
+	precheck owners.Check
+	// healthInterval is how often health is re-checked and re-sent (the
+	// kubelet treats a device as unknown after 30 s without a report).
+	healthInterval time.Duration
+	// spawn starts the one goroutine the Plugin starts itself (the
+	// withdrawal before a fatal stop): the run's, which waits for it at
+	// stop; a plain go statement without one.
+	spawn func(func())
+}
+
+// inventory is what the last scan found, with health (under Plugin.mu).
+type inventory struct {
 	base    *resourceslice.DriverResources // from the last scan, health not applied
-	// taintsDropped: the API server drops device taints, so unhealthy
-	// devices are left out of the slices instead.
-	taintsDropped bool
-	published     *resourceslice.DriverResources // last published
-	inventory     map[string]inventoryDevice     // by published device name
-	groups        map[string][]string            // group device name -> member device names
+	devices map[string]inventoryDevice     // by published device name
+	groups  map[string][]string            // group device name -> member device names
 	// healthMembers are each group's members for its health: the scan's,
 	// and those that left it unhealthy (gone from sysfs, no uverbs
 	// device), so that a group never turns healthy by shrinking.
 	healthMembers map[string][]string
 	health        map[string]deviceHealth // by published device name
 	scanErr       string                  // the last scan's errors, named by the publish they cause
-	checkErr      string                  // the last failed check for another owner, logged when it changes
-	state         *checkpoint.State
+}
 
+// publishState is what was published and whether the plugin may publish
+// (under Plugin.mu).
+type publishState struct {
+	to        Publisher
+	published *resourceslice.DriverResources // last published
+	blocked   string                         // why nothing is published; "" normally
+	checked   bool                           // precheck answered at least once
+	checkErr  string                         // the last failed check for another owner, logged when it changes
+	// taintsDropped: the API server drops device taints, so unhealthy
+	// devices are left out of the slices instead.
+	taintsDropped bool
 	// numaScalar: the API server refuses numaNode in list form, so it is
 	// published as a number whatever --numa-list says.
 	numaScalar bool
 	// stopping: a fatal publishing error is withdrawing the slices and
 	// stopping the plugin.
 	stopping bool
+}
+
+// claimState is what the plugin prepared and where it writes (under
+// Plugin.mu, save the writers, which are safe to share).
+type claimState struct {
+	cdi    *cdi.Writer
+	store  *checkpoint.Store
+	bootID string
+	// dataDir is the plugin's directory under the kubelet's plugins
+	// directory: the lock file shared with a rolling update's other pod,
+	// and the helper's device-metadata files.
+	dataDir string
+	state   *checkpoint.State
 	// storage: why the plugin cannot write its files ("" when it can),
 	// from the last check (checkStorage).
 	storage string
@@ -151,6 +190,16 @@ type PluginOptions struct {
 	// <driver>): restore takes its lock file, and writes again the
 	// device-metadata specs of the files kept there. "" for neither.
 	DataDir string
+	// Events records on the Node (nil for none).
+	Events *events.Recorder
+	// Stop is called on a fatal background error (nil for none).
+	Stop func(err error)
+	// Precheck says whether another owner holds the EFAs (nil for none).
+	Precheck owners.Check
+	// HealthInterval is how often health is re-checked (10 s when 0).
+	HealthInterval time.Duration
+	// Spawn starts a goroutine the Plugin needs (nil: a go statement).
+	Spawn func(func())
 }
 
 // NewPlugin restores the checkpoint (see restore), holding the same lock
@@ -162,14 +211,19 @@ type PluginOptions struct {
 // forget what is prepared.
 func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	p := &Plugin{
-		cfg: o.Config, sysfs: o.SysfsRoot, cdi: o.CDI, store: o.Store, bootID: o.BootID,
-		kube: o.KubeClient, pods: o.Pods, dataDir: o.DataDir,
-		HealthInterval: 10 * time.Second, Metrics: NewMetrics(),
-		inventory: map[string]inventoryDevice{}, health: map[string]deviceHealth{},
-		rescans: newRescans(), checkFiles: make(chan struct{}, 1),
+		cfg: o.Config, sysfs: o.SysfsRoot, kube: o.KubeClient, pods: o.Pods,
+		ops: operations{metrics: metrics.New(), events: o.Events, stop: o.Stop, precheck: o.Precheck,
+			healthInterval: cmp.Or(o.HealthInterval, 10*time.Second), spawn: o.Spawn},
+		rescans: newRescans(),
+		inv:     inventory{devices: map[string]inventoryDevice{}, health: map[string]deviceHealth{}},
+		claims: claimState{cdi: o.CDI, store: o.Store, bootID: o.BootID, dataDir: o.DataDir,
+			checkFiles: make(chan struct{}, 1)},
 	}
-	p.EFAMetrics = newEFAMetrics(o.SysfsRoot, p.efaTargets)
-	p.Metrics.Registry.MustRegister(p.EFAMetrics)
+	if p.ops.spawn == nil {
+		p.ops.spawn = func(f func()) { go f() }
+	}
+	p.ops.efa = metrics.NewEFA(o.SysfsRoot, p.efaTargets)
+	p.ops.metrics.Registry.MustRegister(p.ops.efa)
 	if o.DataDir != "" {
 		unlock, err := lockDataDir(o.DataDir)
 		if err != nil {
@@ -177,11 +231,11 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 		}
 		defer unlock()
 	}
-	st, loadErr := p.store.Load(o.BootID)
+	st, loadErr := p.claims.store.Load(o.BootID)
 	if st == nil {
 		return nil, fmt.Errorf("checkpoint: %w", loadErr)
 	}
-	p.state = st
+	p.claims.state = st
 	var errs []error
 	if loadErr != nil {
 		errs = append(errs, fmt.Errorf("checkpoint: %w", loadErr))
@@ -203,7 +257,15 @@ func (p *Plugin) askRescan(reason rescanReason) { p.rescans.ask(reason) }
 // failed); it never blocks.
 func (p *Plugin) kickStorageCheck() {
 	select {
-	case p.checkFiles <- struct{}{}:
+	case p.claims.checkFiles <- struct{}{}:
 	default:
 	}
 }
+
+// Registry is the registry of the plugin's metrics and the EFAs' counters
+// (served at /metrics).
+func (p *Plugin) Registry() *prometheus.Registry { return p.ops.metrics.Registry }
+
+// EFAMetrics is the exporter of the EFAs' counters, whose read timeout and
+// cache time may be tuned before the first scrape.
+func (p *Plugin) EFAMetrics() *metrics.EFA { return p.ops.efa }

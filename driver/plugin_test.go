@@ -61,14 +61,18 @@ func edit(t *testing.T, f func(e *sysfs.Entry) bool) *sysfs.MemFS {
 	return m
 }
 
-func newTestPlugin(t *testing.T, fsys fs.ReadLinkFS) *driver.Plugin {
+func newTestPlugin(t *testing.T, fsys fs.ReadLinkFS, with ...func(*driver.PluginOptions)) *driver.Plugin {
 	t.Helper()
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
+	o := driver.PluginOptions{
 		Config: resources.Config{NodeName: node}, SysfsRoot: fsys, CDI: w,
 		Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
-	})
+	}
+	for _, f := range with {
+		f(&o)
+	}
+	p, err := driver.NewPlugin(context.Background(), o)
 	require.NoError(t, err)
 	return p
 }
@@ -101,7 +105,7 @@ func TestRescanPublishesOnlyChanges(t *testing.T) {
 
 func testutilValue(t *testing.T, p *driver.Plugin) float64 {
 	t.Helper()
-	mfs, err := p.Metrics.Registry.Gather()
+	mfs, err := p.Registry().Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == "efakit_plugin_publish_total" {
@@ -119,8 +123,7 @@ func TestHealth(t *testing.T) {
 	t.Parallel()
 	s := &swapFS{}
 	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
-	p := newTestPlugin(t, s)
-	p.HealthInterval = 20 * time.Millisecond
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.HealthInterval = 20 * time.Millisecond })
 	_, err := p.Rescan(context.Background())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -219,11 +222,11 @@ func TestDroppedCountersStop(t *testing.T) {
 	require.NoError(t, err)
 	w, err := cdi.NewWriter(t.TempDir(), "dra.net")
 	require.NoError(t, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
-		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA})
-	require.NoError(t, err)
 	var stopped error
-	p.Stop = func(err error) { stopped = err }
+	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
+		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
+		Stop: func(err error) { stopped = err }})
+	require.NoError(t, err)
 	want := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: []resourceapi.CounterSet{{Name: "efas-pci0000-44"}}}}
 	p.HandleError(context.Background(), &resourceslice.DroppedFieldsError{PoolName: node, DesiredSlice: want, ActualSlice: &resourceapi.ResourceSlice{}}, "publishing")
 	require.Error(t, stopped)

@@ -46,7 +46,7 @@ func devNumber(major, minor uint32) string { return fmt.Sprintf("%d:%d", major, 
 
 // batch gathers the changes a kubelet call makes to the checkpoint, so
 // that the call saves it once (one fsync), however many claims it holds.
-// Between begin and commit, p.state is the call's own copy: each claim
+// Between begin and commit, p.claims.state is the call's own copy: each claim
 // sees those prepared or unprepared before it in the call.
 type batch struct {
 	base    *checkpoint.State // the state before the call, kept if the save fails
@@ -56,14 +56,14 @@ type batch struct {
 
 // begin starts a batch.
 func (p *Plugin) begin() *batch {
-	b := &batch{base: p.state, changed: map[string]bool{}}
-	p.state = cloneState(p.state)
+	b := &batch{base: p.claims.state, changed: map[string]bool{}}
+	p.claims.state = cloneState(p.claims.state)
 	return b
 }
 
 // put records a prepared claim in the call's state.
 func (p *Plugin) put(b *batch, c checkpoint.Claim) {
-	p.state.Claims[c.UID] = c
+	p.claims.state.Claims[c.UID] = c
 	b.changed[c.UID] = true
 }
 
@@ -74,13 +74,13 @@ func (p *Plugin) commit(b *batch) error {
 	if len(b.changed) == 0 {
 		// The State the checkpoint Store remembers: the next call's
 		// Reload need not read the file.
-		p.state = b.base
+		p.claims.state = b.base
 		return nil
 	}
-	if err := p.store.Save(p.state); err != nil {
-		p.state = b.base
+	if err := p.claims.store.Save(p.claims.state); err != nil {
+		p.claims.state = b.base
 		for _, uid := range b.added {
-			_ = p.cdi.Remove(uid)
+			_ = p.claims.cdi.Remove(uid)
 		}
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -97,7 +97,7 @@ func (p *Plugin) commit(b *batch) error {
 // call's save.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	waited := p.Metrics.waited("prepare", ctx)
+	waited := p.ops.metrics.Waited("prepare", ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
@@ -129,7 +129,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 				p.kickStorageCheck()
 			}
 		}
-		p.Metrics.observe("prepare", took[i]+saved, res.Err)
+		p.ops.metrics.Observe("prepare", took[i]+saved, res.Err)
 		// One line per claim at the default verbosity: which claim got
 		// which EFAs (published and RDMA names), how long it took, and
 		// how long the kubelet's call waited before (the helper's claim
@@ -138,7 +138,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			res.Err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, res.Err)
 			logger.Error(res.Err, "prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved, "waited", waited)
 		} else {
-			logger.Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.state.Claims[string(c.UID)]), "duration", took[i]+saved, "waited", waited)
+			logger.Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.claims.state.Claims[string(c.UID)]), "duration", took[i]+saved, "waited", waited)
 		}
 		out[c.UID] = res
 	}
@@ -165,7 +165,7 @@ func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
 		if r.Pool != p.cfg.NodeName {
 			return nil, fmt.Errorf("device %s is in pool %s, this node's pool is %s", r.Device, r.Pool, p.cfg.NodeName)
 		}
-		if members, ok := p.groups[r.Device]; ok {
+		if members, ok := p.inv.groups[r.Device]; ok {
 			for _, m := range members {
 				out = append(out, wanted{Request: r.Request, Device: m, Group: r.Device})
 			}
@@ -185,18 +185,18 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	if prev, ok := p.state.Claims[uid]; ok {
+	if prev, ok := p.claims.state.Claims[uid]; ok {
 		return p.prepareAgain(ctx, b, prev, want)
 	}
-	if p.blocked != "" {
-		return kubeletplugin.PrepareResult{}, errors.New(p.blocked)
+	if p.publishing.blocked != "" {
+		return kubeletplugin.PrepareResult{}, errors.New(p.publishing.blocked)
 	}
 	held := p.held("")
 	released := map[string]bool{}
 	claim := checkpoint.Claim{UID: uid, Namespace: c.Namespace, Name: c.Name}
 	r := sysfs.NewReader(p.sysfs)
 	for _, w := range want {
-		inv, ok := p.inventory[w.Device]
+		inv, ok := p.inv.devices[w.Device]
 		if !ok || inv.Uverbs == "" {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is not on this node (or has no uverbs device)", w.Device)
 		}
@@ -229,7 +229,7 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 	}
 	claim.Env = env
 	if len(claim.Devices) > 0 {
-		ids, err := p.cdi.Write(uid, cdiRequests(claim))
+		ids, err := p.claims.cdi.Write(uid, cdiRequests(claim))
 		if err != nil {
 			return kubeletplugin.PrepareResult{}, err
 		}
@@ -283,12 +283,12 @@ func describe(ws []wanted) string {
 // it (one stat tells), it is not read. On a read error the state in memory
 // stands.
 func (p *Plugin) reloadState(ctx context.Context) {
-	st, err := p.store.Reload(p.bootID, p.state)
+	st, err := p.claims.store.Reload(p.claims.bootID, p.claims.state)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "reading the checkpoint again; going on with the state in memory")
 		return
 	}
-	p.state = st
+	p.claims.state = st
 }
 
 func cloneState(s *checkpoint.State) *checkpoint.State {
@@ -320,7 +320,7 @@ func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
 			Requests: []string{d.Request}, PoolName: p.cfg.NodeName, DeviceName: name,
 			CDIDeviceIDs: []string{c.CDIDeviceIDs[baseRequest(d.Request)]},
 		}
-		if inv, ok := p.inventory[name]; ok {
+		if inv, ok := p.inv.devices[name]; ok {
 			dev.Metadata = &kubeletplugin.DeviceMetadata{Attributes: metadataAttributes(inv.Attributes)}
 		}
 		devs = append(devs, dev)

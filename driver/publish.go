@@ -14,6 +14,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/efakit/efakit/driver/events"
+	"github.com/efakit/efakit/driver/owners"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/topology"
 )
@@ -22,8 +24,8 @@ import (
 // kubeletplugin.Start, which needs the Plugin first.
 func (p *Plugin) SetPublisher(pub Publisher) {
 	p.mu.Lock()
-	p.pub = pub
-	p.published = nil
+	p.publishing.to = pub
+	p.publishing.published = nil
 	p.mu.Unlock()
 }
 
@@ -35,7 +37,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	topo, scanErr := topology.Scan(p.sysfs)
 	cfg := resources.Config(p.cfg)
 	p.mu.Lock()
-	if p.numaScalar {
+	if p.publishing.numaScalar {
 		cfg.NUMAList = false
 	}
 	p.mu.Unlock()
@@ -72,13 +74,13 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		}
 	}
 	err := errors.Join(scanErr, buildErr)
-	p.Metrics.observeScan(time.Since(start), err, len(inv))
+	p.ops.metrics.ObserveScan(time.Since(start), err, len(inv))
 	health := resources.NodeHealth(topo, nil)
 
 	p.mu.Lock()
 	// An EFA that was there and is gone is unhealthy until it returns.
-	for name := range p.health {
-		if _, ok := health[name]; !ok && p.healthMembers[name] == nil {
+	for name := range p.inv.health {
+		if _, ok := health[name]; !ok && p.inv.healthMembers[name] == nil {
 			health[name] = resources.Health{Unhealthy: true, Message: "device gone from sysfs", Reason: "gone"}
 		}
 	}
@@ -89,7 +91,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	for name, ms := range groups {
 		members[name] = slices.Clone(ms)
 	}
-	for name, old := range p.healthMembers {
+	for name, old := range p.inv.healthMembers {
 		for _, m := range old {
 			if health[m].Unhealthy && !slices.Contains(members[name], m) {
 				members[name] = append(members[name], m)
@@ -105,14 +107,14 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		healthy[name] = kubeletHealth(resources.GroupHealth(ms, health))
 	}
 	changes := p.healthChanges(healthy, inv)
-	p.inventory, p.health, p.groups, p.healthMembers = inv, healthy, groups, members
+	p.inv.devices, p.inv.health, p.inv.groups, p.inv.healthMembers = inv, healthy, groups, members
 	for name, attrs := range groupAttrs {
-		p.inventory[name] = inventoryDevice{Attributes: attrs}
+		p.inv.devices[name] = inventoryDevice{Attributes: attrs}
 	}
-	p.base = &res
-	p.scanErr = ""
+	p.inv.base = &res
+	p.inv.scanErr = ""
 	if err != nil {
-		p.scanErr = err.Error()
+		p.inv.scanErr = err.Error()
 	}
 	// The other plugin pod of a rolling update may have prepared claims
 	// since this one read the checkpoint (one stat tells).
@@ -137,13 +139,13 @@ func kubeletHealth(h resources.Health) deviceHealth {
 
 // withHealth applies the plugin's health to the resources of a scan.
 func (p *Plugin) withHealth(res resourceslice.DriverResources) *resourceslice.DriverResources {
-	out, n := applyHealth(res, p.health, p.cfg, p.taintsDropped)
+	out, n := applyHealth(res, p.inv.health, p.cfg, p.publishing.taintsDropped)
 	taint, withhold := float64(n), 0.0
-	if p.taintsDropped {
+	if p.publishing.taintsDropped {
 		taint, withhold = 0, float64(n)
 	}
-	p.Metrics.Unhealthy.WithLabelValues("taint").Set(taint)
-	p.Metrics.Unhealthy.WithLabelValues("withhold").Set(withhold)
+	p.ops.metrics.Unhealthy.WithLabelValues("taint").Set(taint)
+	p.ops.metrics.Unhealthy.WithLabelValues("withhold").Set(withhold)
 	return out
 }
 
@@ -176,7 +178,7 @@ type withdrawer interface {
 // it withdraws its slices instead.
 func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 	p.mu.Lock()
-	pub, base, blocked := p.pub, p.base, p.blocked != ""
+	pub, base, blocked := p.publishing.to, p.inv.base, p.publishing.blocked != ""
 	var cur *resourceslice.DriverResources
 	switch {
 	case blocked:
@@ -185,8 +187,8 @@ func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 	case base != nil:
 		cur = p.withHealth(*base)
 	}
-	same := cur != nil && p.published != nil && apiequality.Semantic.DeepEqual(*p.published, *cur)
-	prev, scanErr := p.published, p.scanErr
+	same := cur != nil && p.publishing.published != nil && apiequality.Semantic.DeepEqual(*p.publishing.published, *cur)
+	prev, scanErr := p.publishing.published, p.inv.scanErr
 	p.mu.Unlock()
 	if pub == nil || cur == nil || same {
 		return false, nil
@@ -195,13 +197,13 @@ func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 	if w, ok := pub.(withdrawer); ok && blocked {
 		if err := w.Withdraw(ctx); err != nil {
 			err = fmt.Errorf("withdraw: %w", err)
-			p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", "withdrawing the EFAs' ResourceSlices failed: "+err.Error())
+			p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", "withdrawing the EFAs' ResourceSlices failed: "+err.Error())
 			return false, err
 		}
 		logger.Info("withdrew the node's ResourceSlices (standing aside)")
 	} else if err := pub.PublishResources(ctx, *cur); err != nil {
 		err = fmt.Errorf("publish: %w", err)
-		p.Events.record(corev1.EventTypeWarning, ReasonPublishFailed, "", "publishing the EFAs' ResourceSlices failed: "+err.Error())
+		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", "publishing the EFAs' ResourceSlices failed: "+err.Error())
 		return false, err
 	} else {
 		kv := publishChanges(prev, cur)
@@ -212,9 +214,9 @@ func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 		logger.Info("published", kv...)
 	}
 	p.mu.Lock()
-	p.published = cur.DeepCopy()
+	p.publishing.published = cur.DeepCopy()
 	p.mu.Unlock()
-	p.Metrics.Published.Add(1)
+	p.ops.metrics.Published.Add(1)
 	return true, nil
 }
 
@@ -281,7 +283,7 @@ func publishChanges(prev, cur *resourceslice.DriverResources) []any {
 func (p *Plugin) DeviceCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.inventory)
+	return len(p.inv.devices)
 }
 
 // Recheck runs Precheck (API reads, so it runs with the periodic rescans,
@@ -291,55 +293,48 @@ func (p *Plugin) DeviceCount() int {
 // plugin beside another owner of the EFAs; before any decision, the
 // plugin stands aside and checks again soon.
 func (p *Plugin) Recheck(ctx context.Context) {
-	if p.Precheck == nil {
+	if p.ops.precheck == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	v, err := p.Precheck(ctx)
+	v, err := p.ops.precheck(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// A failed check is logged when it starts or its error changes, not
 	// at every scan while the API server is away.
-	if err != nil && err.Error() != p.checkErr {
-		p.checkErr = err.Error()
-		if p.checked {
-			logger.Error(err, "checking for another owner of the EFAs failed; keeping the last decision", "standingAside", p.blocked != "")
+	if err != nil && err.Error() != p.publishing.checkErr {
+		p.publishing.checkErr = err.Error()
+		if p.publishing.checked {
+			logger.Error(err, "checking for another owner of the EFAs failed; keeping the last decision", "standingAside", p.publishing.blocked != "")
 		}
-	} else if err == nil && p.checkErr != "" {
-		p.checkErr = ""
+	} else if err == nil && p.publishing.checkErr != "" {
+		p.publishing.checkErr = ""
 		logger.Info("checking for another owner of the EFAs works again")
 	}
 	if err != nil {
-		if p.checked {
+		if p.publishing.checked {
 			return
 		}
-		v = Verdict{Key: "api", Reason: "cannot tell yet whether another owner has this node's EFAs: " + err.Error()}
-		time.AfterFunc(5*time.Second, func() { p.askRescan(rescanOwnerWait) })
+		v = owners.Verdict{Key: "api", Reason: "cannot tell yet whether another owner has this node's EFAs: " + err.Error()}
+		p.rescans.askAfter(5*time.Second, rescanOwnerWait)
 	} else {
-		p.checked = true
+		p.publishing.checked = true
 	}
-	if v.Reason != p.blocked && v.Reason != "" {
+	if v.Reason != p.publishing.blocked && v.Reason != "" {
 		logger.Error(errors.New(v.Reason), "standing aside: publishing and preparing nothing")
-		p.Events.record(corev1.EventTypeWarning, ReasonStandingAside, "", "efakit publishes and prepares no EFA on this node: "+v.Reason)
-	} else if v.Reason == "" && p.blocked != "" {
-		logger.Info("no other owner of the EFAs any more: publishing", "was", p.blocked)
-		p.Events.record(corev1.EventTypeNormal, ReasonPublishing, "", "efakit publishes this node's EFAs again; it stood aside because "+p.blocked)
+		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonStandingAside, "", "efakit publishes and prepares no EFA on this node: "+v.Reason)
+	} else if v.Reason == "" && p.publishing.blocked != "" {
+		logger.Info("no other owner of the EFAs any more: publishing", "was", p.publishing.blocked)
+		p.ops.events.Record(corev1.EventTypeNormal, events.ReasonPublishing, "", "efakit publishes this node's EFAs again; it stood aside because "+p.publishing.blocked)
 	}
-	p.blocked = v.Reason
+	p.publishing.blocked = v.Reason
 	for _, k := range []string{"netns", "device-plugin", "dra-driver", "api"} {
 		val := 0.0
 		if k == v.Key && v.Reason != "" {
 			val = 1
 		}
-		p.Metrics.StandingAside.WithLabelValues(k).Set(val)
+		p.ops.metrics.StandingAside.WithLabelValues(k).Set(val)
 	}
-}
-
-// Verdict is a Precheck's answer: why the plugin must stand aside ("" when
-// it may publish), and a short key for the metric.
-type Verdict struct {
-	Key    string // netns, device-plugin, dra-driver; api when the API cannot tell
-	Reason string
 }
 
 // Run rescans every interval, whenever signal receives (SIGHUP), and
@@ -360,6 +355,9 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan 
 			reasons = append(p.rescans.take(), rescanInterval)
 		case <-signal:
 			reasons = append(p.rescans.take(), rescanSignal)
+		case <-p.rescans.next():
+			p.rescans.due()
+			continue
 		case <-p.rescans.ready:
 			reasons = p.rescans.take()
 			if len(reasons) == 0 {

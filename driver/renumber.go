@@ -8,13 +8,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"slices"
+
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
-	"slices"
 )
 
 // After the efa or ib_uverbs module is reloaded, the kernel numbers the
@@ -28,10 +30,6 @@ import (
 // number held by the claim (no other claim is given it) until the claim is
 // unprepared, and names the pods that still run with it.
 
-// ReasonRenumbered is the Event reason, on the Node, of an EFA of a
-// prepared claim found renumbered.
-const ReasonRenumbered = "EFARenumbered"
-
 // claimRenumbered is a prepared claim with its EFAs that were renumbered.
 type claimRenumbered struct {
 	UID, Namespace, Name string
@@ -42,9 +40,9 @@ type claimRenumbered struct {
 // inventory of the last scan, another RDMA name or uverbs device than the
 // claim's record. Called with p.mu held.
 func (p *Plugin) renumberedSince() bool {
-	for _, c := range p.state.Claims {
+	for _, c := range p.claims.state.Claims {
 		for _, d := range c.Devices {
-			inv, ok := p.inventory[d.Device]
+			inv, ok := p.inv.devices[d.Device]
 			if !ok || inv.EFA == nil {
 				continue // gone, or no uverbs device: health says so
 			}
@@ -90,7 +88,7 @@ func (p *Plugin) reportRenumbered(ctx context.Context, claims []claimRenumbered)
 			who = "pods " + strings.Join(users, ", ")
 		}
 		klog.FromContext(ctx).Info("Pods run with device numbers of a renumbered EFA", "claim", klog.KRef(c.Namespace, c.Name), "pods", users)
-		p.Events.record(corev1.EventTypeWarning, ReasonRenumbered, c.UID, fmt.Sprintf(
+		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonRenumbered, c.UID, fmt.Sprintf(
 			"EFAs of claim %s/%s renumbered (efa or ib_uverbs module reloaded?): %s. Its CDI spec is corrected for containers that start from now on; containers of %s that started before hold the old numbers, which may reach another EFA, until they restart. The old numbers stay held until the claim is unprepared.",
 			c.Namespace, c.Name, strings.Join(moves, "; "), who))
 	}
@@ -175,7 +173,7 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 		d.RDMAName, d.Uverbs, d.Major, d.Minor = cur.RDMAName, cur.Verbs.Name, cur.Verbs.Major, cur.Verbs.Minor
 		devs[i] = d
 		moved = append(moved, m)
-		p.Metrics.Renumbered.Inc()
+		p.ops.metrics.Renumbered.Inc()
 		p.askRescan(rescanPrepare)
 	}
 	changed := len(moved) > 0
@@ -184,7 +182,7 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 		held := p.held(c.UID)
 		for _, d := range c.Devices {
 			if other, ok := held["dev:"+devNumber(d.Major, d.Minor)]; ok {
-				o := p.state.Claims[other]
+				o := p.claims.state.Claims[other]
 				logger.Error(nil, "After the renumbering, containers of two claims hold one device number: restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", klog.KRef(o.Namespace, o.Name), "device", d.Uverbs)
 			}
 		}
@@ -198,13 +196,13 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 			c.Env = env
 		}
 	}
-	ok, err := p.cdi.Exists(c.UID)
+	ok, err := p.claims.cdi.Exists(c.UID)
 	if err == nil && !ok && len(c.Devices) > 0 {
 		logger.Info("CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
-		p.Metrics.SpecsRestored.Inc()
+		p.ops.metrics.SpecsRestored.Inc()
 	}
 	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
-		ids, err := p.cdi.Write(c.UID, cdiRequests(c))
+		ids, err := p.claims.cdi.Write(c.UID, cdiRequests(c))
 		if err != nil {
 			return c, moved, err
 		}

@@ -3,6 +3,7 @@ package driver
 import (
 	"slices"
 	"sync"
+	"time"
 )
 
 // rescanReason says why a scan is asked for. Every reason but a uevent also
@@ -30,6 +31,10 @@ type rescans struct {
 	ready   chan struct{} // holds one token while reasons wait
 	mu      sync.Mutex
 	pending []rescanReason
+	// later is a request for a scan at a time (askAfter), the earliest
+	// one: Run's loop waits for it, so it needs no goroutine of its own.
+	later   rescanReason
+	laterAt time.Time
 }
 
 func newRescans() *rescans { return &rescans{ready: make(chan struct{}, 1)} }
@@ -44,6 +49,44 @@ func (q *rescans) ask(reason rescanReason) {
 	select {
 	case q.ready <- struct{}{}:
 	default:
+	}
+}
+
+// askAfter asks for a scan for reason in d (or sooner, when an earlier
+// delayed request waits); it never blocks.
+func (q *rescans) askAfter(d time.Duration, reason rescanReason) {
+	at := time.Now().Add(d)
+	q.mu.Lock()
+	if q.laterAt.IsZero() || at.Before(q.laterAt) {
+		q.later, q.laterAt = reason, at
+	}
+	q.mu.Unlock()
+	// Wake Run, which takes nothing and waits for the new time.
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// next is when the delayed request is due (nil for none): Run selects on
+// it, and then calls due.
+func (q *rescans) next() <-chan time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.laterAt.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(q.laterAt))
+}
+
+// due turns the delayed request into a request now.
+func (q *rescans) due() {
+	q.mu.Lock()
+	reason := q.later
+	q.later, q.laterAt = "", time.Time{}
+	q.mu.Unlock()
+	if reason != "" {
+		q.ask(reason)
 	}
 }
 

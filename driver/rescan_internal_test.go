@@ -2,6 +2,8 @@ package driver
 
 import (
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -25,4 +27,24 @@ func TestRescansJoin(t *testing.T) {
 	assert.Equal(t, []rescanReason{rescanUevent, rescanPrepare}, got)
 	assert.True(t, anyRecheck(got), "a prepare's scan checks the owner too")
 	assert.Empty(t, q.take(), "taken once")
+}
+
+// TestRescansLater: a delayed request waits for its time, the earliest
+// wins, and it then joins the requests now.
+func TestRescansLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newRescans()
+		assert.Nil(t, q.next(), "nothing delayed")
+		q.askAfter(5*time.Second, rescanOwnerWait)
+		q.askAfter(time.Minute, rescanAPI)
+		assert.Len(t, q.ready, 1, "Run wakes to wait for the new time")
+		<-q.ready
+		assert.Empty(t, q.take(), "not due yet")
+		start := time.Now()
+		<-q.next()
+		assert.Equal(t, 5*time.Second, time.Since(start), "the earliest request")
+		q.due()
+		assert.Equal(t, []rescanReason{rescanOwnerWait}, q.take())
+		assert.Nil(t, q.next(), "one delayed request at a time, taken once")
+	})
 }

@@ -61,14 +61,14 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 	logger := klog.FromContext(ctx)
 	var errs []error
 	moved := map[string][]renumbering{}
-	uids := make([]string, 0, len(p.state.Claims))
-	for uid := range p.state.Claims {
+	uids := make([]string, 0, len(p.claims.state.Claims))
+	for uid := range p.claims.state.Claims {
 		uids = append(uids, uid)
 	}
 	slices.Sort(uids)
 	keep := map[string]bool{}
 	for _, uid := range uids {
-		c := p.state.Claims[uid]
+		c := p.claims.state.Claims[uid]
 		keep[uid] = true
 		c, m, err := p.refresh(ctx, c)
 		if err != nil {
@@ -83,13 +83,13 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 	if !cleanup {
 		return errs, moved
 	}
-	files, err := p.cdi.List()
+	files, err := p.claims.cdi.List()
 	if err != nil {
 		return append(errs, err), moved
 	}
 	var removed []string
 	remove := func(name string) {
-		if err := p.cdi.RemoveName(name); err != nil {
+		if err := p.claims.cdi.RemoveName(name); err != nil {
 			errs = append(errs, err)
 			return
 		}
@@ -100,7 +100,7 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 	}
 	for _, uid := range files.Specs {
 		if !keep[uid] {
-			if path, err := p.cdi.SpecPath(uid); err == nil {
+			if path, err := p.claims.cdi.SpecPath(uid); err == nil {
 				remove(filepath.Base(path))
 			}
 		}
@@ -112,7 +112,7 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 			}
 		}
 	}
-	if p.dataDir != "" {
+	if p.claims.dataDir != "" {
 		removed = append(removed, p.removeDataLeftovers(&errs)...)
 	}
 	if len(removed) > 0 {
@@ -128,7 +128,7 @@ func (p *Plugin) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
 	for _, d := range c.Devices {
 		if r := baseRequest(d.Request); !slices.Contains(reqs, r) {
 			reqs = append(reqs, r)
-			hosts = append(hosts, metadataFile(p.dataDir, c.Namespace, c.Name, r))
+			hosts = append(hosts, metadataFile(p.claims.dataDir, c.Namespace, c.Name, r))
 		}
 	}
 	return reqs, hosts
@@ -137,7 +137,7 @@ func (p *Plugin) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
 // metadataMissing tells whether a request of the claim has its metadata
 // file in the data directory but no metadata spec.
 func (p *Plugin) metadataMissing(c checkpoint.Claim) bool {
-	if p.dataDir == "" {
+	if p.claims.dataDir == "" {
 		return false
 	}
 	reqs, hosts := p.metadataRequests(c)
@@ -145,7 +145,7 @@ func (p *Plugin) metadataMissing(c checkpoint.Claim) bool {
 		if _, err := os.Stat(hosts[i]); err != nil {
 			continue
 		}
-		if ok, err := p.cdi.MetadataExists(c.UID, req); err != nil || !ok {
+		if ok, err := p.claims.cdi.MetadataExists(c.UID, req); err != nil || !ok {
 			return true
 		}
 	}
@@ -155,7 +155,7 @@ func (p *Plugin) metadataMissing(c checkpoint.Claim) bool {
 // restoreMetadata writes again the metadata spec of each request of a
 // claim whose metadata file the helper left in the data directory.
 func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []error {
-	if p.dataDir == "" {
+	if p.claims.dataDir == "" {
 		return nil
 	}
 	var errs []error
@@ -170,7 +170,7 @@ func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []erro
 			errs = append(errs, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err))
 			continue
 		}
-		if ok, err := p.cdi.MetadataExists(c.UID, req); err != nil || ok {
+		if ok, err := p.claims.cdi.MetadataExists(c.UID, req); err != nil || ok {
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -180,11 +180,11 @@ func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []erro
 		if pc := podClaimName(data); pc != "" {
 			ctr = metadata.ResourceClaimTemplateFilePath(p.cfg.Driver(), pc, req)
 		}
-		if _, err := p.cdi.WriteMetadata(c.UID, req, host, ctr); err != nil {
+		if _, err := p.claims.cdi.WriteMetadata(c.UID, req, host, ctr); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		p.Metrics.SpecsRestored.Inc()
+		p.ops.metrics.SpecsRestored.Inc()
 		klog.FromContext(ctx).Info("device-metadata CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "request", req)
 	}
 	return errs
@@ -207,14 +207,14 @@ func podClaimName(data []byte) string {
 // metadata directories of claims the checkpoint does not hold.
 func (p *Plugin) removeDataLeftovers(errs *[]error) []string {
 	var removed []string
-	ents, err := os.ReadDir(p.dataDir)
+	ents, err := os.ReadDir(p.claims.dataDir)
 	if err != nil {
 		*errs = append(*errs, err)
 		return nil
 	}
 	for _, e := range ents {
 		if n := e.Name(); strings.HasPrefix(n, "."+checkpoint.FileName+".") && strings.HasSuffix(n, ".tmp") {
-			if err := os.Remove(filepath.Join(p.dataDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := os.Remove(filepath.Join(p.claims.dataDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				*errs = append(*errs, err)
 				continue
 			}
@@ -222,10 +222,10 @@ func (p *Plugin) removeDataLeftovers(errs *[]error) []string {
 		}
 	}
 	keep := map[string]bool{}
-	for _, c := range p.state.Claims {
+	for _, c := range p.claims.state.Claims {
 		keep[metadataClaimDir(c.Namespace, c.Name)] = true
 	}
-	dir := filepath.Join(p.dataDir, metadataDirName)
+	dir := filepath.Join(p.claims.dataDir, metadataDirName)
 	ents, err = os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

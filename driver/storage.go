@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/efakit/efakit/driver/events"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -22,10 +23,6 @@ import (
 // directories with the health checks and says so in /readyz (the pod turns
 // NotReady), the log, efakit_plugin_storage_writable and an Event on the
 // Node.
-
-// ReasonStorage is the Event reason, on the Node, of a directory the
-// plugin cannot write (and of its return).
-const ReasonStorage = "EFAStorage"
 
 // minFree is the free space below which a directory counts as full: a
 // prepare writes a few kilobytes (a spec of 32 EFAs, the device metadata),
@@ -56,7 +53,7 @@ func dirProblem(dir string) string {
 // they cannot be written; a change is logged, counted and recorded as an
 // Event once.
 func (p *Plugin) checkStorage(ctx context.Context) {
-	dirs := []struct{ label, path string }{{"cdi", p.cdi.Dir()}, {"data", p.dataDir}}
+	dirs := []struct{ label, path string }{{"cdi", p.claims.cdi.Dir()}, {"data", p.claims.dataDir}}
 	var problems []string
 	for _, d := range dirs {
 		if d.path == "" {
@@ -68,12 +65,12 @@ func (p *Plugin) checkStorage(ctx context.Context) {
 			ok = 0
 			problems = append(problems, why)
 		}
-		p.Metrics.StorageWritable.WithLabelValues(d.label).Set(ok)
+		p.ops.metrics.StorageWritable.WithLabelValues(d.label).Set(ok)
 	}
 	now := strings.Join(problems, "; ")
 	p.mu.Lock()
-	was := p.storage
-	p.storage = now
+	was := p.claims.storage
+	p.claims.storage = now
 	p.mu.Unlock()
 	if now == was {
 		return
@@ -81,11 +78,11 @@ func (p *Plugin) checkStorage(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	if now != "" {
 		logger.Error(errors.New(now), "Prepares fail until the plugin can write its files again")
-		p.Events.record(corev1.EventTypeWarning, ReasonStorage, "", "efakit cannot prepare EFAs on this node: "+now)
+		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonStorage, "", "efakit cannot prepare EFAs on this node: "+now)
 		return
 	}
 	logger.Info("The plugin can write its files again", "was", was)
-	p.Events.record(corev1.EventTypeNormal, ReasonStorage, "", "efakit can prepare EFAs on this node again; before, "+was)
+	p.ops.events.Record(corev1.EventTypeNormal, events.ReasonStorage, "", "efakit can prepare EFAs on this node again; before, "+was)
 }
 
 // StorageProblem is why the plugin cannot write its files ("" when it
@@ -93,7 +90,7 @@ func (p *Plugin) checkStorage(ctx context.Context) {
 func (p *Plugin) StorageProblem() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.storage
+	return p.claims.storage
 }
 
 // storageError says, for an error of a write, what the user can do: a

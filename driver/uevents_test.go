@@ -13,6 +13,7 @@ import (
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/driver/uevents"
 	"github.com/efakit/efakit/host/uevent"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -32,7 +33,7 @@ func TestUeventPublishesNewEFA(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, lastDevices(rec), "efa-0000-4f-00-0")
 
-	src := driver.NewFakeUevents()
+	src := uevents.NewFake()
 	runDone, watchDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(runDone); p.Run(ctx, time.Hour, nil) }()
 	go func() { defer close(watchDone); p.WatchUevents(ctx, src) }()

@@ -135,7 +135,7 @@ func TestUnhealthyGroup(t *testing.T) {
 
 func gaugeValue(t *testing.T, p *driver.Plugin, name, label string) float64 {
 	t.Helper()
-	mfs, err := p.Metrics.Registry.Gather()
+	mfs, err := p.Registry().Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() != name {

@@ -24,7 +24,7 @@ import (
 // never a claim the kubelet unprepared whose spec comes back.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
-	waited := p.Metrics.waited("unprepare", ctx)
+	waited := p.ops.metrics.Waited("unprepare", ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
@@ -34,7 +34,7 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	devices := make([][]string, len(claims))
 	for i, c := range claims {
 		start := time.Now()
-		devices[i] = claimDevices(p.state.Claims[string(c.UID)])
+		devices[i] = claimDevices(p.claims.state.Claims[string(c.UID)])
 		out[c.UID] = p.forget(b, string(c.UID))
 		took[i] = time.Since(start)
 	}
@@ -49,10 +49,10 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		case saveErr != nil && b.changed[string(c.UID)]:
 			err = saveErr
 		default:
-			err = p.cdi.Remove(string(c.UID))
+			err = p.claims.cdi.Remove(string(c.UID))
 		}
 		d := took[i] + saved + time.Since(start)
-		p.Metrics.observe("unprepare", d, err)
+		p.ops.metrics.Observe("unprepare", d, err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 			logger.Error(err, "unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
@@ -85,8 +85,8 @@ func (p *Plugin) forget(b *batch, uid string) error {
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return err
 	}
-	if _, ok := p.state.Claims[uid]; ok {
-		delete(p.state.Claims, uid)
+	if _, ok := p.claims.state.Claims[uid]; ok {
+		delete(p.claims.state.Claims, uid)
 		b.changed[uid] = true
 	}
 	return nil
@@ -97,7 +97,7 @@ func (p *Plugin) Prepared() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
-	for uid := range p.state.Claims {
+	for uid := range p.claims.state.Claims {
 		out = append(out, uid)
 	}
 	sort.Strings(out)

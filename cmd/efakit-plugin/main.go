@@ -27,6 +27,7 @@ import (
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/driver/uevents"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -133,7 +134,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.StringVar(&s.PluginsDir, "kubelet-plugins-directory-path", kubeletplugin.KubeletPluginsDir, "the kubelet's plugins directory")
 	fl.StringVar(&s.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources API socket: which containers use which claims, for the libfabric environment's check (\"\" for none: such claims are refused)")
 	fl.DurationVar(&s.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
-	uevents := fl.Bool("uevents", true, "rescan within a second of the kernel's uevents for PCI, RDMA and uverbs devices (false: the periodic rescans only)")
+	watchUevents := fl.Bool("uevents", true, "rescan within a second of the kernel's uevents for PCI, RDMA and uverbs devices (false: the periodic rescans only)")
 	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
 	fl.StringVar(&s.HTTPAddr, "http-address", ":8080", "address for /healthz, /readyz and /metrics (\"\" for none)")
 	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", false, "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node")
@@ -190,8 +191,8 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 		return usageError("--groups: %v", err)
 	}
 	s.Config.NodeName, s.Config.DriverName, s.Config.Groups = *nodeName, *driverName, mode
-	if *uevents {
-		s.Uevents = driver.KernelUevents
+	if *watchUevents {
+		s.Uevents = uevents.Kernel
 	}
 	s.PodUID = types.UID(os.Getenv("POD_UID"))
 	return o, 0, true

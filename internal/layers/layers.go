@@ -26,13 +26,23 @@ var Allowed = map[string][]string{
 	"driver/podresources/podresourcestest": nil,
 	"doctor":                               {"cdi", "driver/resources", "efa", "host", "neuron", "pcie", "sysfs", "topology"},
 
+	// The kubelet plugin's parts, one concern each: operations (metrics,
+	// Events, uevents), publishing and the checks for another owner. None
+	// knows the Plugin; metrics reads EFAs through efa alone.
+	"driver/metrics":    {"efa", "pcie", "sysfs"},
+	"driver/events":     nil,
+	"driver/uevents":    {"host/uevent"},
+	"driver/publishing": {"driver/resources"},
+	"driver/owners":     {"driver/resources", "efa"},
+
 	// The kubelet plugin: an adapter over the parts above.
-	"driver": {"cdi", "driver/checkpoint", "driver/podresources", "driver/resources", "efa", "host", "host/uevent",
+	"driver": {"cdi", "driver/checkpoint", "driver/events", "driver/metrics", "driver/owners", "driver/podresources",
+		"driver/publishing", "driver/resources", "driver/uevents", "efa", "host", "host/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.
 	"cmd/efakit":        {"doctor", "driver/resources", "efa", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
-	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources"},
+	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources", "driver/uevents"},
 
 	// Tools and test support.
 	"internal/atomicfile":       nil,

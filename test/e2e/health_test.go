@@ -15,7 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -99,21 +99,21 @@ func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
 
 	// The plugin says so on the Node, as kubectl describe node lists it:
 	// core/v1 Events in default about the Node.
-	var events []corev1.Event
+	var nodeEvents []corev1.Event
 	require.Eventually(t, func() bool {
 		l, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name + ",reason=" + driver.ReasonUnhealthy})
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name + ",reason=" + events.ReasonUnhealthy})
 		if err != nil {
 			return false
 		}
-		events = l.Items
-		return len(events) > 0
+		nodeEvents = l.Items
+		return len(nodeEvents) > 0
 	}, 30*time.Second, 200*time.Millisecond, "an EFAUnhealthy Event on node %s", n.name)
-	require.Len(t, events, 1, "one Event for the one unhealthy EFA")
-	assert.Equal(t, corev1.EventTypeWarning, events[0].Type)
-	assert.Contains(t, events[0].Message, "efa-0000-50-00-0 (rdmap80s0)")
-	assert.Contains(t, events[0].Message, "port DOWN")
-	assert.Equal(t, driver.EventSourceComponent, events[0].Source.Component)
+	require.Len(t, nodeEvents, 1, "one Event for the one unhealthy EFA")
+	assert.Equal(t, corev1.EventTypeWarning, nodeEvents[0].Type)
+	assert.Contains(t, nodeEvents[0].Message, "efa-0000-50-00-0 (rdmap80s0)")
+	assert.Contains(t, nodeEvents[0].Message, "port DOWN")
+	assert.Equal(t, events.EventSourceComponent, nodeEvents[0].Source.Component)
 
 	at := func(addr string) resourceapi.ResourceClaimSpec {
 		var s resourceapi.ResourceClaimSpec

@@ -22,8 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/efakit/efakit/cdi"
-	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/driver/resources"
 )
 
@@ -280,14 +280,14 @@ func TestRealNodeFaults(t *testing.T) {
 			return fmt.Sprintf("%s %d:%d", d.Path, d.Major, d.Minor) == now
 		}, 30*time.Second, 100*time.Millisecond, "the claim's spec corrected while the plugin runs; plugin:\n%s", n.logTail("efakit-plugin", 3000))
 		require.Eventually(t, func() bool {
-			for _, m := range n.nodeEvents(driver.ReasonRenumbered) {
+			for _, m := range n.nodeEvents(events.ReasonRenumbered) {
 				if strings.Contains(m, "EFAs of claim "+nodeNS+"/"+cl.Name+" renumbered") && strings.Contains(m, "pods "+nodeNS+"/renum ") {
 					return true
 				}
 			}
 			return false
-		}, 30*time.Second, 200*time.Millisecond, "an Event on the Node names the claim and its pod; events: %v", n.nodeEvents(driver.ReasonRenumbered))
-		t.Logf("EFA %s renumbered from uverbs%d to uverbs%d; the Node's Event: %s", addr, mine, other, n.nodeEvents(driver.ReasonRenumbered))
+		}, 30*time.Second, 200*time.Millisecond, "an Event on the Node names the claim and its pod; events: %v", n.nodeEvents(events.ReasonRenumbered))
+		t.Logf("EFA %s renumbered from uverbs%d to uverbs%d; the Node's Event: %s", addr, mine, other, n.nodeEvents(events.ReasonRenumbered))
 
 		// The container restarts before the plugin does: it gets its own
 		// EFA under its new number, not the old one (another EFA's now).
@@ -438,7 +438,7 @@ func TestRealNodeFaults(t *testing.T) {
 		}, 30*time.Second, 200*time.Millisecond, "readiness says why")
 		code, body := n.readyz(t)
 		t.Logf("the pod's event: %s\n/readyz: %d %s", lastMatching(n.podEvents("on-full"), why), code, body)
-		assert.NotEmpty(t, n.nodeEvents(driver.ReasonStorage), "an Event on the Node")
+		assert.NotEmpty(t, n.nodeEvents(events.ReasonStorage), "an Event on the Node")
 		n.checkPrepared(t) // nothing half-written: no spec, no temporary file, no checkpoint entry
 		n.nodeShell(t, fmt.Sprintf("rm -f %q/filler %q/filler2", n.cdi, n.cdi))
 		// The next prepare works. (The kubelet tries the waiting pod again

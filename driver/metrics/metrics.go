@@ -1,4 +1,4 @@
-package driver
+package metrics
 
 import (
 	"context"
@@ -20,11 +20,9 @@ type Metrics struct {
 	// start on it: the helper reading the call's claims from the API
 	// server (its client's rate limit included) and waiting for the calls
 	// before it (it serializes them).
-	Waited    *prometheus.HistogramVec // efakit_plugin_call_wait_seconds{op}
-	Devices   prometheus.Gauge         // efakit_plugin_devices
-	Published prometheus.Counter       // efakit_plugin_publish_total
-	ScanErrs  prometheus.Counter       // efakit_plugin_scan_errors_total
-	ScanTime  prometheus.Histogram     // efakit_plugin_scan_seconds
+	Wait      *prometheus.HistogramVec // efakit_plugin_call_wait_seconds{op}
+	Scans     Scans
+	Published prometheus.Counter // efakit_plugin_publish_total
 	// Renumbered counts EFAs of prepared claims found with another uverbs
 	// device than their spec gave (a module reload).
 	Renumbered prometheus.Counter // efakit_plugin_renumbered_devices_total
@@ -43,8 +41,15 @@ type Metrics struct {
 	StandingAside *prometheus.GaugeVec // efakit_plugin_standing_aside{reason}
 }
 
-// NewMetrics registers the plugin's metrics in a new registry.
-func NewMetrics() *Metrics {
+// Scans are the metrics of the sysfs scans.
+type Scans struct {
+	Devices prometheus.Gauge     // efakit_plugin_devices
+	Errors  prometheus.Counter   // efakit_plugin_scan_errors_total
+	Time    prometheus.Histogram // efakit_plugin_scan_seconds
+}
+
+// New registers the plugin's metrics in a new registry.
+func New() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -54,22 +59,24 @@ func NewMetrics() *Metrics {
 			Name: "efakit_plugin_call_seconds", Help: "Time to prepare or unprepare one claim.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"op"}),
-		Waited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "efakit_plugin_call_wait_seconds", Help: "Time from a kubelet call's arrival to the plugin's start on it: the helper's claim reads and the calls before it.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"op"}),
-		Devices: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "efakit_plugin_devices", Help: "EFAs found by the last scan and published.",
-		}),
+		Scans: Scans{
+			Devices: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "efakit_plugin_devices", Help: "EFAs found by the last scan and published.",
+			}),
+			Errors: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "efakit_plugin_scan_errors_total", Help: "Scans of sysfs that met damaged devices or files.",
+			}),
+			Time: prometheus.NewHistogram(prometheus.HistogramOpts{
+				Name: "efakit_plugin_scan_seconds", Help: "Time to scan sysfs and build the devices.",
+				Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+			}),
+		},
 		Published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "efakit_plugin_publish_total", Help: "Times the devices changed and were published.",
-		}),
-		ScanErrs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "efakit_plugin_scan_errors_total", Help: "Scans of sysfs that met damaged devices or files.",
-		}),
-		ScanTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "efakit_plugin_scan_seconds", Help: "Time to scan sysfs and build the devices.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
 		}),
 	}
 	m.Renumbered = prometheus.NewCounter(prometheus.CounterOpts{
@@ -88,12 +95,13 @@ func NewMetrics() *Metrics {
 		Name: "efakit_plugin_storage_writable", Help: "1 while the plugin can write in the directory (cdi: the CDI specs; data: the checkpoint), 0 while its file system is read-only or full.",
 	}, []string{"dir"})
 	m.Registry.MustRegister(m.StorageWritable)
-	m.Registry.MustRegister(m.Calls, m.Latency, m.Waited, m.Devices, m.Published, m.ScanErrs, m.ScanTime, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
+	m.Registry.MustRegister(m.Calls, m.Latency, m.Wait, m.Scans.Devices, m.Published, m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-func (m *Metrics) observe(op string, d time.Duration, err error) {
+// Observe records a prepare or unprepare (op) of one claim.
+func (m *Metrics) Observe(op string, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
@@ -102,33 +110,35 @@ func (m *Metrics) observe(op string, d time.Duration, err error) {
 	m.Latency.WithLabelValues(op).Observe(d.Seconds())
 }
 
-// waited observes how long a kubelet call waited before the plugin started
+// Waited observes how long a kubelet call waited before the plugin started
 // on it (zero when the call did not come through the helper's gRPC
 // server: tests calling the plugin directly).
-func (m *Metrics) waited(op string, ctx context.Context) time.Duration {
+func (m *Metrics) Waited(op string, ctx context.Context) time.Duration {
 	at, ok := ctx.Value(arrivalKey{}).(time.Time)
 	if !ok {
 		return 0
 	}
 	d := time.Since(at)
-	m.Waited.WithLabelValues(op).Observe(d.Seconds())
+	m.Wait.WithLabelValues(op).Observe(d.Seconds())
 	return d
 }
 
 // arrivalKey holds the time a kubelet call arrived in its context.
 type arrivalKey struct{}
 
-// stampArrival is a gRPC interceptor that records in a call's context when
+// StampArrival is a gRPC interceptor that records in a call's context when
 // it arrived, before the helper reads its claims and waits for the calls
 // before it.
-func stampArrival(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func StampArrival(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	return handler(context.WithValue(ctx, arrivalKey{}, time.Now()), req)
 }
 
-func (m *Metrics) observeScan(d time.Duration, err error, devices int) {
-	m.ScanTime.Observe(d.Seconds())
+// ObserveScan records a scan: its time, whether it met errors, the devices
+// it found.
+func (m *Metrics) ObserveScan(d time.Duration, err error, devices int) {
+	m.Scans.Time.Observe(d.Seconds())
 	if err != nil {
-		m.ScanErrs.Inc()
+		m.Scans.Errors.Inc()
 	}
-	m.Devices.Set(float64(devices))
+	m.Scans.Devices.Set(float64(devices))
 }

@@ -1,4 +1,7 @@
-package driver
+// Package publishing publishes the node's ResourceSlices through a
+// controller the plugin can stop without deleting another publisher's
+// slices, and watches for foreign slices of its driver name.
+package publishing
 
 import (
 	"context"
@@ -21,7 +24,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// SlicePublisher publishes a node's ResourceSlices through the same
+// Slices publishes a node's ResourceSlices through the same
 // ResourceSlice controller, with the same owner (the Node) and slice names,
 // as kubeletplugin.Helper.PublishResources, and can also stop doing so.
 // The helper's controller, once started, runs as long as the plugin and
@@ -29,7 +32,7 @@ import (
 // pool, another publisher's included; standing aside for another dra.net
 // driver needs a controller that stops without touching that driver's
 // slices.
-type SlicePublisher struct {
+type Slices struct {
 	// Ctx bounds the controller's life (the plugin's context).
 	Ctx        context.Context
 	Client     kubernetes.Interface
@@ -70,7 +73,7 @@ const RepairDelay = time.Second
 
 // PublishResources starts the controller with the resources, or gives it
 // new ones.
-func (s *SlicePublisher) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
+func (s *Slices) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.desired = res.DeepCopy()
@@ -100,7 +103,7 @@ func (s *SlicePublisher) PublishResources(_ context.Context, res resourceslice.D
 // Withdraw stops the controller and deletes the slices of the driver name
 // on the node that efakit wrote (OwnSlice), leaving any other publisher's
 // slices as they are.
-func (s *SlicePublisher) Withdraw(ctx context.Context) error {
+func (s *Slices) Withdraw(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctrl != nil {
@@ -132,7 +135,7 @@ func (s *SlicePublisher) Withdraw(ctx context.Context) error {
 }
 
 // Stop stops the controller, leaving the slices published.
-func (s *SlicePublisher) Stop() {
+func (s *Slices) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctrl != nil {
@@ -143,9 +146,9 @@ func (s *SlicePublisher) Stop() {
 
 // WatchForeign calls found whenever a ResourceSlice of the driver name on
 // the node appears or changes that efakit did not write, until ctx ends
-// (SlicePublisher.Watch without a publisher).
+// (Slices.Watch without a publisher).
 func WatchForeign(ctx context.Context, client kubernetes.Interface, driverName, node string, found func()) {
-	(&SlicePublisher{Client: client, DriverName: driverName, NodeName: node}).Watch(ctx, found)
+	(&Slices{Client: client, DriverName: driverName, NodeName: node}).Watch(ctx, found)
 }
 
 // Watch watches the ResourceSlices of the driver name on the node until
@@ -155,7 +158,7 @@ func WatchForeign(ctx context.Context, client kubernetes.Interface, driverName, 
 // first. And it tells the operator, once per repair, when someone else (a
 // restarting kubelet deletes every slice of its node) deleted or changed
 // a slice the controller publishes, and the controller put it back.
-func (s *SlicePublisher) Watch(ctx context.Context, foreign func()) {
+func (s *Slices) Watch(ctx context.Context, foreign func()) {
 	// The one informer, not a factory: a factory links the informers and
 	// listers of every API group into the plugin (9.3 MB of its 62 MB).
 	inf := resourceinformers.NewFilteredResourceSliceInformer(s.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
@@ -205,7 +208,7 @@ func (s *SlicePublisher) Watch(ctx context.Context, foreign func()) {
 // the slices the controller publishes: it held what the controller
 // publishes before, and no longer does. The controller's own writes
 // never do that: it deletes obsolete slices and writes desired ones.
-func (s *SlicePublisher) noteRepair(prev, cur *resourceapi.ResourceSlice, what string) {
+func (s *Slices) noteRepair(prev, cur *resourceapi.ResourceSlice, what string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctrl == nil || s.withdrawn[prev.UID] || s.matches(prev) < 0 || (cur != nil && s.matches(cur) >= 0) {
@@ -220,7 +223,7 @@ func (s *SlicePublisher) noteRepair(prev, cur *resourceapi.ResourceSlice, what s
 // repaired logs, once, that the slices someone else deleted or changed
 // are published again, when the watch shows every slice the controller
 // publishes as it should be.
-func (s *SlicePublisher) repaired(logger klog.Logger) {
+func (s *Slices) repaired(logger klog.Logger) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.repair) == 0 || s.desired == nil || s.store == nil {
@@ -263,7 +266,7 @@ func (s *SlicePublisher) repaired(logger klog.Logger) {
 // matches is the index, counted over the desired pools' slices in pool
 // name order, of the desired slice whose devices and counters sl holds;
 // -1 for none. s.mu is held.
-func (s *SlicePublisher) matches(sl *resourceapi.ResourceSlice) int {
+func (s *Slices) matches(sl *resourceapi.ResourceSlice) int {
 	if s.desired == nil {
 		return -1
 	}

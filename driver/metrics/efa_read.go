@@ -1,4 +1,4 @@
-package driver
+package metrics
 
 import (
 	"errors"
@@ -14,13 +14,13 @@ import (
 )
 
 // read reads one EFA's counters and its ports' state and rate.
-func (m *EFAMetrics) read(t efaTarget) efaReading {
+func (m *EFA) read(t Target) efaReading {
 	rd := efaReading{t: t}
-	cs, err := t.dev.ReadCounters(m.sysfs)
+	cs, err := t.Dev.ReadCounters(m.sysfs)
 	rd.counters = cs
 	rd.errs = append(rd.errs, flatten(err)...)
-	for _, p := range t.dev.Ports {
-		l, err := t.dev.ReadPortLink(m.sysfs, p.Number)
+	for _, p := range t.Dev.Ports {
+		l, err := t.Dev.ReadPortLink(m.sysfs, p.Number)
 		rd.errs = append(rd.errs, flatten(err)...)
 		pr := portReading{number: p.Number, state: l.State, stateOK: l.StateOK, rateGbps: l.RateGbps, rateOK: l.RateOK}
 		rd.ports = append(rd.ports, pr)
@@ -45,8 +45,8 @@ func flatten(err error) []error {
 
 // noteErrors counts a reading's errors and logs them when they differ
 // from the EFA's last (a damaged file is not logged on every scrape).
-func (m *EFAMetrics) noteErrors(logger klog.Logger, rd efaReading) {
-	dev := rd.t.device
+func (m *EFA) noteErrors(logger klog.Logger, rd efaReading) {
+	dev := rd.t.Device
 	if n := len(rd.errs); n > 0 {
 		m.readErrs.WithLabelValues(dev).Add(float64(n))
 	}
@@ -73,7 +73,7 @@ func (m *EFAMetrics) noteErrors(logger klog.Logger, rd efaReading) {
 
 // metricsOf turns a reading into metrics. A counter that could not be
 // read is absent: the reading holds no value for it.
-func (m *EFAMetrics) metricsOf(rd efaReading) []prometheus.Metric {
+func (m *EFA) metricsOf(rd efaReading) []prometheus.Metric {
 	var out []prometheus.Metric
 	known := map[string]bool{} // counter name -> per port
 	for _, c := range efa.KnownCounters() {

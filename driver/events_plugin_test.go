@@ -15,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/efakit/efakit/driver"
+	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -60,14 +61,14 @@ func TestEventsFlappingBounded(t *testing.T) {
 	up, down := edit(t, func(*sysfs.Entry) bool { return true }), portDown(t, "50")
 	s := &swapFS{}
 	s.cur.Store(up)
-	p := newTestPlugin(t, s)
 	client := fake.NewClientset()
 	clock := &fakeClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
-	p.Events = driver.NewEvents(client, node)
-	p.Events.Now = clock.Now
+	rec := events.New(client, node)
+	rec.Now = clock.Now
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events = rec })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go p.Events.Run(ctx)
+	go rec.Run(ctx)
 	p.SetPublisher(&recorder{})
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)
@@ -83,7 +84,7 @@ func TestEventsFlappingBounded(t *testing.T) {
 	// Two reasons for one device, a burst of three each.
 	require.Eventually(t, func() bool { return eventWrites(client) >= 6 }, 10*time.Second, 10*time.Millisecond)
 	assert.Never(t, func() bool { return eventWrites(client) > 6 }, 300*time.Millisecond, 10*time.Millisecond)
-	writes, dropped := p.Events.Stats()
+	writes, dropped := rec.Stats()
 	t.Logf("100 flaps: %d event writes, %d events dropped by the full queue", writes, dropped)
 
 	evs := nodeEvents(t, client)
@@ -127,8 +128,8 @@ func TestEventsNeverBlock(t *testing.T) {
 	up, down := edit(t, func(*sysfs.Entry) bool { return true }), portDown(t, "50")
 	s := &swapFS{}
 	s.cur.Store(up)
-	p := newTestPlugin(t, s)
-	p.Events = driver.NewEvents(fake.NewClientset(), node) // never Run
+	rec := events.New(fake.NewClientset(), node) // never Run
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events = rec })
 	p.SetPublisher(&recorder{})
 	done := make(chan struct{})
 	go func() {
@@ -145,7 +146,7 @@ func TestEventsNeverBlock(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("scans blocked on events")
 	}
-	_, dropped := p.Events.Stats()
+	_, dropped := rec.Stats()
 	assert.Positive(t, dropped)
 }
 
@@ -159,12 +160,12 @@ func (failingPublisher) PublishResources(context.Context, resourceslice.DriverRe
 // TestEventsPublishFailed: a failed publish is a Warning on the Node.
 func TestEventsPublishFailed(t *testing.T) {
 	t.Parallel()
-	p := newTestPlugin(t, edit(t, func(*sysfs.Entry) bool { return true }))
 	client := fake.NewClientset()
-	p.Events = driver.NewEvents(client, node)
+	rec := events.New(client, node)
+	p := newTestPlugin(t, edit(t, func(*sysfs.Entry) bool { return true }), func(o *driver.PluginOptions) { o.Events = rec })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go p.Events.Run(ctx)
+	go rec.Run(ctx)
 	p.SetPublisher(failingPublisher{})
 	_, err := p.Rescan(ctx)
 	require.ErrorContains(t, err, "connection refused")

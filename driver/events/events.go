@@ -1,4 +1,6 @@
-package driver
+// Package events writes the plugin's core/v1 Events about its Node,
+// rate-limited and off the caller's path.
+package events
 
 import (
 	"context"
@@ -14,13 +16,17 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Event reasons on the Node.
+// Event reasons on the Node. ReasonRenumbered is an EFA of a prepared claim
+// found renumbered; ReasonStorage a directory the plugin cannot write (and
+// its return).
 const (
 	ReasonStandingAside   = "EFAStandingAside"
 	ReasonPublishing      = "EFAPublishing"
 	ReasonUnhealthy       = "EFAUnhealthy"
 	ReasonHealthy         = "EFAHealthy"
 	ReasonPublishFailed   = "EFAPublishFailed"
+	ReasonRenumbered      = "EFARenumbered"
+	ReasonStorage         = "EFAStorage"
 	EventSourceComponent  = "efakit-plugin"
 	defaultEventBurst     = 3
 	defaultEventEvery     = 5 * time.Minute
@@ -28,7 +34,7 @@ const (
 	defaultNodeEventEvery = time.Minute
 )
 
-// Events writes core/v1 Events about the plugin's Node, as the kubelet
+// Recorder writes core/v1 Events about the plugin's Node, as the kubelet
 // writes its own: in namespace default, involvedObject the Node with its
 // name as UID (kubectl describe node finds events under the Node's UID and
 // under its name), so `kubectl describe node` and `kubectl get events`
@@ -43,7 +49,7 @@ const (
 // interval, and the same for the whole node; an event held back is
 // counted and folded into the next event of its reason and device that is
 // written (its count and first timestamp).
-type Events struct {
+type Recorder struct {
 	client kubernetes.Interface
 	node   string
 	queue  chan nodeEvent
@@ -73,19 +79,19 @@ type held struct {
 	last  nodeEvent // written when the limit allows, if nothing newer is
 }
 
-// NewEvents returns an Events writing through client about node; nil
-// without a client (tests, efakit slices): a nil Events records nothing.
-func NewEvents(client kubernetes.Interface, node string) *Events {
+// New returns a Recorder writing through client about node; nil
+// without a client (tests, efakit slices): a nil Recorder records nothing.
+func New(client kubernetes.Interface, node string) *Recorder {
 	if client == nil {
 		return nil
 	}
-	return &Events{client: client, node: node, queue: make(chan nodeEvent, 64), Now: time.Now,
+	return &Recorder{client: client, node: node, queue: make(chan nodeEvent, 64), Now: time.Now,
 		buckets: map[string]*bucket{}, held: map[string]held{}}
 }
 
-// record queues an event about object (a device name, "" for the node);
+// Record queues an event about object (a device name, "" for the node);
 // it never blocks.
-func (e *Events) record(typ, reason, object, message string) {
+func (e *Recorder) Record(typ, reason, object, message string) {
 	if e == nil {
 		return
 	}
@@ -101,7 +107,7 @@ func (e *Events) record(typ, reason, object, message string) {
 // Run writes the queued events until ctx ends; every flushEvery it writes
 // the last event held back of each reason and device that the limits
 // allow again, so the last word of a flapping link reaches the Node.
-func (e *Events) Run(ctx context.Context) {
+func (e *Recorder) Run(ctx context.Context) {
 	if e == nil {
 		return
 	}
@@ -126,7 +132,7 @@ const flushEvery = 30 * time.Second
 
 // flush writes, for each reason and device with events held back, the
 // last of them, where the limits allow it now.
-func (e *Events) flush(ctx context.Context) {
+func (e *Recorder) flush(ctx context.Context) {
 	e.mu.Lock()
 	var pending []nodeEvent
 	for _, h := range e.held {
@@ -145,7 +151,7 @@ func (e *Events) flush(ctx context.Context) {
 // event back. It returns how many events of its key a write stands for and
 // when the first of them happened. A flush asks again for the event held
 // back, which is counted already.
-func (e *Events) allow(ev nodeEvent, flush bool) (bool, int, time.Time) {
+func (e *Recorder) allow(ev nodeEvent, flush bool) (bool, int, time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := ev.reason + "/" + ev.object
@@ -188,7 +194,7 @@ func (e *Events) allow(ev nodeEvent, flush bool) (bool, int, time.Time) {
 	return true, 1, ev.at
 }
 
-func (e *Events) write(ctx context.Context, ev nodeEvent, flush bool) {
+func (e *Recorder) write(ctx context.Context, ev nodeEvent, flush bool) {
 	ok, count, first := e.allow(ev, flush)
 	if !ok {
 		return
@@ -231,7 +237,7 @@ func (e *Events) write(ctx context.Context, ev nodeEvent, flush bool) {
 
 // Stats are how many events the queue refused and how many writes were
 // made (tests, and the log at the end).
-func (e *Events) Stats() (writes, dropped int) {
+func (e *Recorder) Stats() (writes, dropped int) {
 	if e == nil {
 		return 0, 0
 	}

@@ -1,10 +1,9 @@
-package driver
+package metrics
 
 import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -14,14 +13,14 @@ import (
 	"github.com/efakit/efakit/efa"
 )
 
-// Defaults of EFAMetrics.
+// Defaults of EFA.
 const (
-	// DefaultEFAMetricsTimeout bounds a scrape's wait for sysfs.
-	DefaultEFAMetricsTimeout = 2 * time.Second
-	// DefaultEFAMetricsCacheFor is shorter than the common 15 s scrape
+	// DefaultEFATimeout bounds a scrape's wait for sysfs.
+	DefaultEFATimeout = 2 * time.Second
+	// DefaultEFACacheFor is shorter than the common 15 s scrape
 	// interval, so one scraper always gets a fresh read, and the two
 	// Prometheus servers of an HA pair share one.
-	DefaultEFAMetricsCacheFor = 10 * time.Second
+	DefaultEFACacheFor = 10 * time.Second
 )
 
 // efaLabels are the labels of every EFA series, in this order: the RDMA
@@ -30,14 +29,14 @@ const (
 // the claim it is prepared for ("" when free).
 var efaLabels = []string{"device", "pci_address", "pcie_root", "dra_device", "claim_namespace", "claim_name", "claim_uid"}
 
-// EFAMetrics exports the EFAs' hardware counters, port state and link rate
+// EFA exports the EFAs' hardware counters, port state and link rate
 // in the plugin's /metrics, each EFA labelled with the claim it is
 // prepared for. Sysfs is read on scrape, not in a background loop, at most
 // once per CacheFor, and a scrape never waits longer than Timeout: sysfs
 // reads cannot be cancelled, so they run in goroutines and a scrape stops
 // waiting, leaving out the EFAs not read yet; an EFA whose read has not
 // returned is not read again until it does.
-type EFAMetrics struct {
+type EFA struct {
 	// Timeout bounds how long a scrape waits for the reads.
 	Timeout time.Duration
 	// CacheFor is how long one read serves scrapes; 0 reads on every one.
@@ -46,7 +45,7 @@ type EFAMetrics struct {
 	Now func() time.Time
 
 	sysfs   fs.ReadLinkFS
-	targets func() []efaTarget
+	targets func() []Target
 
 	counterDescs map[string]*prometheus.Desc // by counter file name
 	otherDevice  *prometheus.Desc
@@ -63,19 +62,19 @@ type EFAMetrics struct {
 	lastErr map[string]string // by RDMA device: the errors last logged
 }
 
-// efaTarget is one EFA to read and what its series are labelled with.
-type efaTarget struct {
-	dev *efa.Device
-	// device is the RDMA device, pciAddress the PCI function, pcieRoot
-	// its root, draDevice the published device.
-	device, pciAddress, pcieRoot, draDevice string
+// Target is one EFA to read and what its series are labelled with.
+type Target struct {
+	Dev *efa.Device
+	// Device is the RDMA device, PCIAddress the PCI function, PCIeRoot
+	// its root, DRADevice the published device.
+	Device, PCIAddress, PCIeRoot, DRADevice string
 	// The claim the EFA is prepared for, "" when it is free.
-	claimNamespace, claimName, claimUID string
+	ClaimNamespace, ClaimName, ClaimUID string
 }
 
 // labelValues are the target's values of efaLabels, in their order.
-func (t efaTarget) labelValues() []string {
-	return []string{t.device, t.pciAddress, t.pcieRoot, t.draDevice, t.claimNamespace, t.claimName, t.claimUID}
+func (t Target) labelValues() []string {
+	return []string{t.Device, t.PCIAddress, t.PCIeRoot, t.DRADevice, t.ClaimNamespace, t.ClaimName, t.ClaimUID}
 }
 
 type efaSample struct {
@@ -92,7 +91,7 @@ type efaRound struct {
 
 // efaReading is what was read of one EFA.
 type efaReading struct {
-	t        efaTarget
+	t        Target
 	counters *efa.Counters
 	ports    []portReading
 	errs     []error
@@ -147,11 +146,11 @@ func efaMetricName(counter string) string {
 	}[counter]
 }
 
-// newEFAMetrics reads fsys for the EFAs targets lists.
-func newEFAMetrics(fsys fs.ReadLinkFS, targets func() []efaTarget) *EFAMetrics {
+// NewEFA reads fsys for the EFAs targets lists.
+func NewEFA(fsys fs.ReadLinkFS, targets func() []Target) *EFA {
 	portLabels := append(slices.Clone(efaLabels), "port")
-	m := &EFAMetrics{
-		Timeout: DefaultEFAMetricsTimeout, CacheFor: DefaultEFAMetricsCacheFor,
+	m := &EFA{
+		Timeout: DefaultEFATimeout, CacheFor: DefaultEFACacheFor,
 		sysfs: fsys, targets: targets,
 		counterDescs: map[string]*prometheus.Desc{},
 		otherDevice: prometheus.NewDesc("efakit_efa_other_total",
@@ -191,7 +190,7 @@ func newEFAMetrics(fsys fs.ReadLinkFS, targets func() []efaTarget) *EFAMetrics {
 }
 
 // Describe sends every metric's description.
-func (m *EFAMetrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *EFA) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.counterDescs {
 		ch <- d
 	}
@@ -205,7 +204,7 @@ func (m *EFAMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends the EFAs' metrics: the last read if it is younger than
 // CacheFor, else a new one, waited for at most Timeout.
-func (m *EFAMetrics) Collect(ch chan<- prometheus.Metric) {
+func (m *EFA) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range m.sample().metrics {
 		ch <- x
 	}
@@ -213,14 +212,14 @@ func (m *EFAMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.timeouts.Collect(ch)
 }
 
-func (m *EFAMetrics) now() time.Time {
+func (m *EFA) now() time.Time {
 	if m.Now != nil {
 		return m.Now()
 	}
 	return time.Now()
 }
 
-func (m *EFAMetrics) sample() *efaSample {
+func (m *EFA) sample() *efaSample {
 	m.mu.Lock()
 	if m.last != nil && m.now().Sub(m.last.at) < m.CacheFor {
 		s := m.last
@@ -240,7 +239,7 @@ func (m *EFAMetrics) sample() *efaSample {
 
 // run reads every EFA the plugin has, each in its own goroutine, and keeps
 // what was read within timeout as the new sample.
-func (m *EFAMetrics) run(r *efaRound, timeout time.Duration) {
+func (m *EFA) run(r *efaRound, timeout time.Duration) {
 	logger := klog.Background()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -248,9 +247,9 @@ func (m *EFAMetrics) run(r *efaRound, timeout time.Duration) {
 
 	// The targets come from the plugin's state, which a kubelet call
 	// holds while it writes the checkpoint: bounded too.
-	tc := make(chan []efaTarget, 1)
+	tc := make(chan []Target, 1)
 	go func() { tc <- m.targets() }()
-	var targets []efaTarget
+	var targets []Target
 	select {
 	case targets = <-tc:
 	case <-deadline.C:
@@ -263,9 +262,9 @@ func (m *EFAMetrics) run(r *efaRound, timeout time.Duration) {
 	started := 0
 	m.mu.Lock()
 	for _, t := range targets {
-		addr := t.pciAddress
+		addr := t.PCIAddress
 		if m.pending[addr] {
-			stuck = append(stuck, t.device)
+			stuck = append(stuck, t.Device)
 			continue
 		}
 		m.pending[addr] = true
@@ -285,7 +284,7 @@ wait:
 	for len(got) < started {
 		select {
 		case rd := <-results:
-			got[rd.t.pciAddress] = rd
+			got[rd.t.PCIAddress] = rd
 		case <-deadline.C:
 			timedOut = true
 			break wait
@@ -294,10 +293,10 @@ wait:
 	var late []string
 	var out []prometheus.Metric
 	for _, t := range targets {
-		rd, ok := got[t.pciAddress]
+		rd, ok := got[t.PCIAddress]
 		if !ok {
-			if !slices.Contains(stuck, t.device) {
-				late = append(late, t.device)
+			if !slices.Contains(stuck, t.Device) {
+				late = append(late, t.Device)
 			}
 			continue
 		}
@@ -315,40 +314,4 @@ wait:
 	m.last, m.round, r.sample = s, nil, s
 	m.mu.Unlock()
 	close(r.done)
-}
-
-// efaTargets lists the published EFAs with the claim each is prepared for
-// (the group's claim for a member of a prepared group device). While the
-// kubelet has yet to unprepare a claim whose EFA was handed on to another
-// (see released), the EFA carries the claim of lower UID: one series per
-// EFA, so sums over claims or nodes count its traffic once.
-func (p *Plugin) efaTargets() []efaTarget {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	type owner struct{ ns, name, uid string }
-	owners := map[string]owner{} // by PCI address
-	if p.state != nil {
-		for uid, c := range p.state.Claims {
-			for _, d := range c.Devices {
-				if o, ok := owners[d.PCIAddress]; !ok || uid < o.uid {
-					owners[d.PCIAddress] = owner{c.Namespace, c.Name, uid}
-				}
-			}
-		}
-	}
-	names := make([]string, 0, len(p.inventory))
-	for n, inv := range p.inventory {
-		if inv.EFA != nil {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	out := make([]efaTarget, 0, len(names))
-	for _, n := range names {
-		inv := p.inventory[n]
-		o := owners[inv.PCIAddress]
-		out = append(out, efaTarget{dev: inv.EFA, device: inv.RDMAName, pciAddress: inv.PCIAddress, pcieRoot: inv.EFA.PCI.Root,
-			draDevice: n, claimNamespace: o.ns, claimName: o.name, claimUID: o.uid})
-	}
-	return out
 }

@@ -1,4 +1,0 @@
-package driver
-
-// NetnsCheck exposes the RDMA namespace check to the external tests.
-var NetnsCheck = netnsCheck

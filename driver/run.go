@@ -1,0 +1,288 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/cdi"
+	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/events"
+	"github.com/efakit/efakit/driver/metrics"
+	"github.com/efakit/efakit/driver/owners"
+	"github.com/efakit/efakit/driver/podresources"
+	"github.com/efakit/efakit/driver/publishing"
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// run is one serving of the plugin: it starts every activity, in the order
+// below, and stops them in the reverse order, waiting for each goroutine.
+// docs/design.md lists the same order.
+//
+// Start:
+//  1. the sysfs root, the boot ID, the CDI writer, the checkpoint store
+//     and the PodResources client;
+//  2. the Node's Events writer (a goroutine);
+//  3. the Plugin, which restores the checkpoint;
+//  4. the uevent watch (a goroutine), before the first scan so no change
+//     is missed;
+//  5. the first scan and the first check for another owner, before the
+//     kubelet can call;
+//  6. the kubelet helper: stale sockets removed, then registration and
+//     the DRA gRPC service (the helper's goroutines);
+//  7. the slice publisher and its foreign-slice watch, and the first
+//     publish;
+//  8. the HTTP server (a goroutine): /healthz, /readyz, /metrics;
+//  9. the CDI and storage watch (a goroutine), then the rescan loop, in
+//     Serve's own goroutine, until the context ends or a fatal error.
+//
+// Stop, when the loop returns: the context is cancelled, then the HTTP
+// server closes, the publisher stops (its slices stay: the kubelet and the
+// next plugin pod own them), the helper stops (unregisters; calls in
+// flight end), the uevent watch ends (its socket closed, waited for),
+// every other goroutine the run started is waited for (the CDI watch, the
+// Events writer, the HTTP server's, a withdrawal before a fatal stop), and
+// the PodResources client and the sysfs root close last.
+type run struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+	// stops run in reverse order of their registration.
+	stops []func()
+}
+
+func newRun(ctx context.Context) *run {
+	r := &run{}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	return r
+}
+
+// spawn starts f in a goroutine that stop waits for.
+func (r *run) spawn(f func()) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f()
+	}()
+}
+
+// onStop registers what stop undoes, in reverse order.
+func (r *run) onStop(f func()) { r.stops = append(r.stops, f) }
+
+// stop cancels the run and undoes what onStop registered, in reverse
+// order; waiting for the goroutines is one of them.
+func (r *run) stop() {
+	r.cancel(nil)
+	for i := len(r.stops) - 1; i >= 0; i-- {
+		r.stops[i]()
+	}
+}
+
+// Serve runs the kubelet plugin until ctx ends or a fatal error: it restores
+// the checkpoint, starts the kubelet registration and DRA gRPC services,
+// publishes the node's EFAs, and rescans sysfs periodically and on demand.
+func Serve(ctx context.Context, o ServeOptions) error {
+	if o.Config.NodeName == "" {
+		return errors.New("node name is required")
+	}
+	r := newRun(ctx)
+	defer r.stop()
+	if err := r.serve(o); err != nil {
+		return err
+	}
+	if cause := context.Cause(r.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// serve is the start-up order of run, then the rescan loop.
+func (r *run) serve(o ServeOptions) error {
+	ctx := r.ctx
+	logger := klog.FromContext(ctx)
+	driverName := o.Config.Driver()
+	dataDir := filepath.Join(o.PluginsDir, driverName)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return err
+	}
+	// The chart's hostPath (DirectoryOrCreate) makes it 0755: the
+	// checkpoint and device metadata are the plugin's and the kubelet's.
+	if err := os.Chmod(dataDir, 0o750); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.CDIRoot, 0o755); err != nil {
+		return err
+	}
+
+	// 1. What the plugin reads and writes.
+	root, err := sysfs.Open(o.SysfsRoot)
+	if err != nil {
+		return err
+	}
+	r.onStop(func() { _ = root.Close() })
+	if note := root.Note(); note != "" {
+		logger.Info("Opened the sysfs root", "path", o.SysfsRoot, "note", note)
+	}
+	bootID, err := checkpoint.ReadBootID(o.ProcRoot)
+	if err != nil {
+		return err
+	}
+	writer, err := cdi.NewWriter(o.CDIRoot, driverName)
+	if err != nil {
+		return err
+	}
+	writer.Sync = o.Sync
+	store := checkpoint.NewStore(dataDir)
+	store.Sync = o.Sync
+	var pods PodLister
+	if o.PodResourcesSocket != "" {
+		c, err := podresources.New(o.PodResourcesSocket)
+		if err != nil {
+			return err
+		}
+		r.onStop(func() { _ = c.Close() })
+		pods = c
+	}
+	// The goroutines end with the context, which stop cancels first; they
+	// are waited for once the helper, the publisher and the HTTP server
+	// have stopped, before what step 1 opened closes.
+	r.onStop(r.wg.Wait)
+
+	// 2. Events on the Node, written beside the scans, never in their way.
+	recorder := events.New(o.KubeClient, o.Config.NodeName)
+	if recorder != nil {
+		r.spawn(func() { recorder.Run(ctx) })
+	}
+
+	// 3. The Plugin, with every hook it has.
+	live := o.Live
+	if live == nil {
+		live = efa.Netlink{}
+	}
+	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, CDI: writer,
+		Store: store, BootID: bootID, KubeClient: o.KubeClient, Pods: pods, DataDir: dataDir,
+		Events: recorder, Stop: func(err error) { r.cancel(err) },
+		Precheck: owners.All(owners.Netns(live),
+			owners.Node(o.KubeClient, o.Config.NodeName, o.AllowDevicePlugin),
+			owners.Publishers(o.KubeClient, driverName, o.Config.NodeName)),
+		HealthInterval: o.HealthInterval, Spawn: r.spawn})
+	if plugin == nil {
+		return err
+	}
+	if err != nil {
+		// A corrupt checkpoint: said loudly, and the plugin goes on.
+		logger.Error(err, "Restoring prepared claims failed")
+	}
+
+	// 4. Watched from before the first scan, so no change is missed.
+	r.onStop(plugin.startUevents(ctx, o.Uevents))
+
+	// 5. The first scan fills the inventory, and the first check for
+	// another owner of the EFAs decides, before the kubelet can call.
+	if _, err := plugin.Rescan(ctx); err != nil {
+		logger.Error(err, "Scanning sysfs failed")
+	}
+	plugin.Recheck(ctx)
+
+	// 6. Sockets of killed plugin pods, which the kubelet would dial for
+	// ever: gone before this pod registers.
+	removeStaleSockets(ctx, o.RegistrarDir, dataDir, driverName)
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(driverName),
+		kubeletplugin.NodeName(o.Config.NodeName),
+		kubeletplugin.KubeClient(o.KubeClient),
+		kubeletplugin.RegistrarDirectoryPath(o.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
+		kubeletplugin.CDIDirectory(o.CDIRoot),
+		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+		kubeletplugin.MetadataFileOps(metadataFileOps(o.Sync)),
+		kubeletplugin.GRPCInterceptor(metrics.StampArrival),
+	}
+	if o.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(o.PodUID))
+	}
+	helper, err := kubeletplugin.Start(ctx, plugin, opts...)
+	if err != nil {
+		return fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	r.onStop(helper.Stop)
+
+	// 7. The slices are published by a controller the plugin can stop
+	// without deleting another publisher's slices (see publishing.Slices);
+	// checked for another owner before the first publish.
+	pub := &publishing.Slices{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
+		ErrorHandler: func(ctx context.Context, err error, msg string) {
+			plugin.HandleError(ctx, fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, err), msg)
+		}}
+	r.onStop(pub.Stop)
+	pub.Watch(ctx, func() { plugin.askRescan(rescanSlices) })
+	plugin.SetPublisher(pub)
+	if _, err := plugin.Publish(ctx); err != nil {
+		logger.Error(err, "Publishing failed")
+	}
+
+	// 8. /healthz, /readyz, /metrics.
+	if o.HTTPAddr != "" {
+		if err := r.serveHTTP(o.HTTPAddr, plugin, helper); err != nil {
+			return err
+		}
+	}
+	if o.Ready != nil {
+		close(o.Ready)
+	}
+
+	// 9. The CDI watch, then the rescan loop.
+	interval := o.RescanInterval
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	logger.Info("Serving", "driver", driverName, "node", o.Config.NodeName, "devices", plugin.DeviceCount())
+	r.spawn(func() { plugin.WatchCDI(ctx, plugin.ops.healthInterval) })
+	plugin.Run(ctx, interval, o.Rescan)
+	return nil
+}
+
+// serveHTTP serves /healthz (the process runs), /readyz (registered with
+// the kubelet, and able to write its CDI specs and checkpoint) and
+// /metrics, until the run stops.
+func (r *run) serveHTTP(addr string, p *Plugin, h *kubeletplugin.Helper) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if st := h.RegistrationStatus(); st == nil || !st.PluginRegistered {
+			http.Error(w, "not registered with the kubelet", http.StatusServiceUnavailable)
+			return
+		}
+		if why := p.StorageProblem(); why != "" {
+			http.Error(w, "cannot prepare: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(p.ops.metrics.Registry, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	r.spawn(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(r.ctx).Error(err, "HTTP server failed")
+		}
+	})
+	r.onStop(func() { _ = srv.Close() })
+	return nil
+}
