@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,7 +26,8 @@ import (
 // EFAs, whichever device the runtime applied last: libfabric would use a
 // subset, silently. So the containers that use the claim are read from
 // the kubelet (its PodResources API: which containers of the node's pods
-// use which claims), and the claim is refused where one of them mixes such
+// use which claims; read before the call takes the plugin's lock, see
+// callReads), and the claim is refused where one of them mixes such
 // a request with other EFAs. The kubelet names the claims a container
 // uses, not the requests it takes of them: a container that uses a claim
 // is taken to get every request of it that holds this node's EFAs.
@@ -36,7 +36,7 @@ import (
 // claim (in this call or prepared already) has it, since the mix is wrong
 // whichever of the two is prepared second. With no libfabric environment
 // anywhere, the kubelet is not asked.
-func (p *Plugin) environment(ctx context.Context, c *resourceapi.ResourceClaim, claim checkpoint.Claim, call map[string]*resourceapi.ResourceClaim) (map[string][]string, error) {
+func (p *Plugin) environment(c *resourceapi.ResourceClaim, claim checkpoint.Claim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (map[string][]string, error) {
 	envs, err := requestEnvs(c.Status.Allocation, p.cfg.Driver(), p.requestRefs(c))
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func (p *Plugin) environment(ctx context.Context, c *resourceapi.ResourceClaim, 
 	if len(on) == 0 && !p.envElsewhere(c, call) {
 		return nil, nil
 	}
-	if err := p.checkContainers(ctx, c, len(on) > 0, call); err != nil {
+	if err := p.checkContainers(c, len(on) > 0, call, rd); err != nil {
 		return nil, err
 	}
 	if len(on) == 0 {
@@ -151,7 +151,7 @@ func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.Re
 // claims are prepared (a claim that another pod prepared is not prepared
 // again). withEnv: the claim itself sets the environment, so it must be
 // reserved for a pod.
-func (p *Plugin) checkContainers(ctx context.Context, c *resourceapi.ResourceClaim, withEnv bool, call map[string]*resourceapi.ResourceClaim) error {
+func (p *Plugin) checkContainers(c *resourceapi.ResourceClaim, withEnv bool, call map[string]*resourceapi.ResourceClaim, rd *callReads) error {
 	reserved := map[string]bool{}
 	for _, ref := range c.Status.ReservedFor {
 		if ref.APIGroup == "" && ref.Resource == "pods" {
@@ -167,7 +167,10 @@ func (p *Plugin) checkContainers(ctx context.Context, c *resourceapi.ResourceCla
 	if p.pods == nil {
 		return errors.New("the libfabric environment (env: libfabric) needs the kubelet's PodResources API, to check the containers that use the claim; the plugin has none (--pod-resources-socket)")
 	}
-	pods, err := p.pods.List(ctx)
+	if !rd.listed {
+		return errors.New("the libfabric environment (env: libfabric) is checked against the containers that use the claim, and the kubelet was not asked")
+	}
+	pods, err := rd.pods, rd.podsErr
 	if err != nil {
 		return fmt.Errorf("the libfabric environment (env: libfabric) is checked against the containers that use the claim: %w", err)
 	}

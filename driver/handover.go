@@ -4,19 +4,20 @@ import (
 	"context"
 	"time"
 
+	"github.com/efakit/efakit/driver/checkpoint"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 )
 
 // describeClaim names a prepared claim for a refusal: namespace/name, its
-// UID, and the pods that use it where the kubelet says.
-func (p *Plugin) describeClaim(ctx context.Context, uid string) string {
+// UID, and the pods that use it where the kubelet said (the call's reads).
+func (p *Plugin) describeClaim(uid string, rd *callReads) string {
 	c, ok := p.claims.state.Claims[uid]
 	if !ok {
 		return uid
 	}
-	return c.Namespace + "/" + c.Name + " (" + uid + ")" + p.claimUsers(ctx, c.Namespace, c.Name)
+	return c.Namespace + "/" + c.Name + " (" + uid + ")" + rd.claimUsers(c.Namespace, c.Name)
 }
 
 // held maps what prepared claims hold to the claim holding it, leaving out
@@ -49,16 +50,20 @@ func (p *Plugin) held(except string) map[string]string {
 // Kubernetes treats such EFAs as free, so efakit does too, and says so;
 // the old claim's record and spec stay until the kubelet unprepares it.
 // Without an API client, or when the API cannot tell, the claim holds its
-// EFAs (the prepare is refused, and the kubelet retries). Answers are kept
-// in seen for one kubelet call.
-func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool) bool {
-	if r, ok := seen[uid]; ok {
-		return r
-	}
-	prev, ok := p.claims.state.Claims[uid]
-	if !ok || p.kube == nil {
+// EFAs (the prepare is refused, and the kubelet retries). The API is read
+// before the call takes the lock (readClaim); a holder the call did not
+// read holds its EFAs.
+func (p *Plugin) released(uid string, rd *callReads) bool {
+	return rd.released[uid]
+}
+
+// readClaim reads a prepared claim in the API (without the plugin's lock)
+// and says whether it released its EFAs (see released).
+func (p *Plugin) readClaim(ctx context.Context, prev checkpoint.Claim) bool {
+	if p.kube == nil {
 		return false
 	}
+	uid := prev.UID
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cur, err := p.kube.ResourceV1().ResourceClaims(prev.Namespace).Get(ctx, prev.Name, metav1.GetOptions{})
@@ -67,7 +72,7 @@ func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool)
 	case apierrors.IsNotFound(err):
 		why = "the claim was deleted"
 	case err != nil:
-		klog.FromContext(ctx).Error(err, "reading a prepared claim to see whether it still holds its EFAs; it does until the kubelet unprepares it", "claim", klog.KRef(prev.Namespace, prev.Name))
+		klog.FromContext(ctx).Error(err, "Reading a prepared claim failed; it holds its EFAs until the kubelet unprepares it", "claim", klog.KRef(prev.Namespace, prev.Name))
 	case string(cur.UID) != uid:
 		why = "the claim was deleted and another made under its name"
 	case cur.Status.Allocation == nil:
@@ -84,10 +89,10 @@ func (p *Plugin) released(ctx context.Context, uid string, seen map[string]bool)
 			}
 		}
 	}
-	seen[uid] = why != ""
 	if why != "" {
-		klog.FromContext(ctx).Info("EFAs of a claim the kubelet has not unprepared yet are handed on: "+why+" (its pod was deleted without waiting for the kubelet); its containers may still run until the kubelet stops them",
-			"claim", klog.KRef(prev.Namespace, prev.Name), "uid", uid)
+		klog.FromContext(ctx).Info("Handing on the EFAs of a claim the kubelet has not unprepared yet",
+			"claim", klog.KRef(prev.Namespace, prev.Name), "uid", uid, "why", why,
+			"note", "its pod was deleted without waiting for the kubelet; its containers may still run until the kubelet stops them")
 	}
-	return seen[uid]
+	return why != ""
 }

@@ -98,6 +98,13 @@ func (p *Plugin) commit(b *batch) error {
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	waited := p.ops.metrics.Waited("prepare", ctx)
+	// What the decisions need from the API server and the kubelet is read
+	// first, without the lock (see callReads).
+	p.mu.Lock()
+	p.reloadState(ctx)
+	holders, pods := p.toRead(claims)
+	p.mu.Unlock()
+	rd := p.read(ctx, holders, pods)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reloadState(ctx)
@@ -110,7 +117,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	took := make([]time.Duration, len(claims))
 	for i, c := range claims {
 		start := time.Now()
-		res, err := p.prepare(ctx, b, c, call)
+		res, err := p.prepare(ctx, b, c, call, rd)
 		took[i] = time.Since(start)
 		res.Err = err
 		out[c.UID] = res
@@ -176,7 +183,7 @@ func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
 	return out, nil
 }
 
-func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
+func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (kubeletplugin.PrepareResult, error) {
 	uid := string(c.UID)
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return kubeletplugin.PrepareResult{}, err
@@ -192,7 +199,6 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 		return kubeletplugin.PrepareResult{}, errors.New(p.publishing.blocked)
 	}
 	held := p.held("")
-	released := map[string]bool{}
 	claim := checkpoint.Claim{UID: uid, Namespace: c.Namespace, Name: c.Name}
 	r := sysfs.NewReader(p.sysfs)
 	for _, w := range want {
@@ -208,11 +214,11 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 		// The last line of defense against two workloads on one EFA: the
 		// EFA itself, and the character device a container would open
 		// (after a module reload the same number may name another EFA).
-		if other, ok := held["pci:"+inv.PCIAddress]; ok && !p.released(ctx, other, released) {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, p.describeClaim(ctx, other))
+		if other, ok := held["pci:"+inv.PCIAddress]; ok && !p.released(other, rd) {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, p.describeClaim(other, rd))
 		}
-		if other, ok := held["dev:"+num]; ok && !p.released(ctx, other, released) {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, p.describeClaim(ctx, other))
+		if other, ok := held["dev:"+num]; ok && !p.released(other, rd) {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, p.describeClaim(other, rd))
 		}
 		held["pci:"+inv.PCIAddress], held["dev:"+num] = uid, uid
 		if cur.RDMAName != inv.RDMAName || cur.Verbs.Name != inv.Uverbs {
@@ -223,7 +229,7 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 			PCIAddress: inv.PCIAddress, Major: cur.Verbs.Major, Minor: cur.Verbs.Minor, Group: w.Group,
 		})
 	}
-	env, err := p.environment(ctx, c, claim, call)
+	env, err := p.environment(c, claim, call, rd)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}

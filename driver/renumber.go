@@ -94,24 +94,6 @@ func (p *Plugin) reportRenumbered(ctx context.Context, claims []claimRenumbered)
 	}
 }
 
-// claimUsers says which pods use a claim, for a message: " (pods a, b)",
-// or "" when the kubelet does not say. It asks the kubelet: only for a
-// refusal, never on a prepare that succeeds.
-func (p *Plugin) claimUsers(ctx context.Context, namespace, name string) string {
-	if p.pods == nil {
-		return ""
-	}
-	pods, err := p.pods.List(ctx)
-	if err != nil {
-		return ""
-	}
-	users := podresources.Using(pods, namespace, name)
-	if len(users) == 0 {
-		return ""
-	}
-	return " (pods " + strings.Join(users, ", ") + ")"
-}
-
 // readCurrent reads an EFA's RDMA device and uverbs device from sysfs now.
 func readCurrent(r *sysfs.Reader, pciAddress string) (efa.Current, error) {
 	a, err := pcie.ParseAddress(pciAddress)

@@ -1,0 +1,104 @@
+package driver
+
+import (
+	"context"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/podresources"
+	"github.com/efakit/efakit/driver/resources"
+)
+
+// callReads are what a prepare call reads outside the plugin's lock,
+// before it decides under it: the API server's answer on each prepared
+// claim holding an EFA the call asks for (the forced-delete handover, see
+// released), and the kubelet's pods (the libfabric environment's check,
+// and the pods a refusal names). A prepare thus makes no API or kubelet
+// call while it holds the lock that the scans, the health checks and the
+// other kubelet calls wait for.
+//
+// The reads are a snapshot taken a moment before the decision. That is as
+// good as one taken under the lock: the kubelet prepares a pod's claims
+// after it admitted the pod, so the pod is in the list; a pod admitted
+// since is checked when its own claims are prepared; and a holder the
+// snapshot missed (prepared in between, which the helper's serialization
+// of kubelet calls allows only to a rescan's renumbering) counts as
+// holding its EFAs: the prepare is refused and the kubelet's retry reads
+// again.
+type callReads struct {
+	released map[string]bool // by prepared claim UID: its EFAs are free in the API
+	listed   bool            // the kubelet was asked
+	pods     []podresources.Pod
+	podsErr  error
+}
+
+// toRead says, under the lock, what the call needs read: the prepared
+// claims holding an EFA (or a device number) that a claim of the call not
+// prepared yet asks for, and whether the kubelet's pods are needed (a
+// holder to name, or the libfabric environment anywhere).
+func (p *Plugin) toRead(claims []*resourceapi.ResourceClaim) (holders []checkpoint.Claim, pods bool) {
+	held := p.held("")
+	seen := map[string]bool{}
+	call := make(map[string]*resourceapi.ResourceClaim, len(claims))
+	for _, c := range claims {
+		call[c.Namespace+"/"+c.Name] = c
+	}
+	for _, c := range claims {
+		if _, ok := p.claims.state.Claims[string(c.UID)]; ok {
+			continue
+		}
+		want, err := p.allocated(c)
+		if err != nil {
+			continue
+		}
+		for _, w := range want {
+			inv, ok := p.inv.devices[w.Device]
+			if !ok {
+				continue
+			}
+			for _, key := range []string{"pci:" + inv.PCIAddress, "dev:" + devNumber(inv.Major, inv.Minor)} {
+				if uid, ok := held[key]; ok && !seen[uid] {
+					seen[uid] = true
+					holders = append(holders, p.claims.state.Claims[uid])
+				}
+			}
+		}
+		if p.envElsewhere(c, call) {
+			pods = true
+		}
+		if envs, err := requestEnvs(c.Status.Allocation, p.cfg.Driver(), p.requestRefs(c)); err == nil {
+			for _, mode := range envs {
+				pods = pods || mode == resources.EnvLibfabric
+			}
+		}
+	}
+	return holders, p.pods != nil && (pods || len(holders) > 0)
+}
+
+// read makes the call's reads, without the lock.
+func (p *Plugin) read(ctx context.Context, holders []checkpoint.Claim, pods bool) *callReads {
+	rd := &callReads{released: map[string]bool{}}
+	for _, h := range holders {
+		rd.released[h.UID] = p.readClaim(ctx, h)
+	}
+	if pods {
+		rd.listed = true
+		rd.pods, rd.podsErr = p.pods.List(ctx)
+	}
+	return rd
+}
+
+// claimUsers says which pods use a claim, for a message: " (pods a, b)",
+// or "" when the kubelet was not asked or does not say.
+func (rd *callReads) claimUsers(namespace, name string) string {
+	if !rd.listed || rd.podsErr != nil {
+		return ""
+	}
+	users := podresources.Using(rd.pods, namespace, name)
+	if len(users) == 0 {
+		return ""
+	}
+	return " (pods " + strings.Join(users, ", ") + ")"
+}
