@@ -37,7 +37,7 @@ func (p *Plugin) WatchCDI(ctx context.Context, check time.Duration) {
 	for ctx.Err() == nil {
 		w, err := p.watchDir()
 		if err != nil {
-			logger.Error(err, "watching the CDI directory; checking its specs every interval instead", "dir", p.claims.cdi.Dir(), "interval", check)
+			logger.Error(err, "Watching the CDI directory failed", "then", "checking its specs every interval instead", "dir", p.claims.cdi.Dir(), "interval", check)
 		}
 		p.repairIfMissing(ctx)
 		p.watchLoop(ctx, w, tick.C)
@@ -109,7 +109,7 @@ func (p *Plugin) repairIfMissing(ctx context.Context) {
 		return
 	}
 	if err := p.RepairSpecs(ctx); err != nil {
-		klog.FromContext(ctx).Error(err, "writing lost CDI specs again")
+		klog.FromContext(ctx).Error(err, "Writing lost CDI specs again failed")
 	}
 }
 

@@ -47,7 +47,7 @@ func TestNUMAListFallsBack(t *testing.T) {
 		var stopped error
 		p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, NUMAList: true},
 			SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
-			Stop: func(err error) { stopped = err }})
+			Hooks: driver.Hooks{Stop: func(err error) { stopped = err }}})
 		require.NoError(t, err)
 		rec := &recorder{}
 		p.SetPublisher(rec)
@@ -129,7 +129,7 @@ func TestDroppedCountersWithdrawn(t *testing.T) {
 		}
 	}
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
-		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA, Stop: stop})
+		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA, Hooks: driver.Hooks{Stop: stop}})
 	require.NoError(t, err)
 	p.SetPublisher(pub)
 	_, err = p.Rescan(context.Background())

@@ -72,7 +72,7 @@ func (p *Plugin) readClaim(ctx context.Context, prev checkpoint.Claim) bool {
 	case apierrors.IsNotFound(err):
 		why = "the claim was deleted"
 	case err != nil:
-		klog.FromContext(ctx).Error(err, "Reading a prepared claim failed; it holds its EFAs until the kubelet unprepares it", "claim", klog.KRef(prev.Namespace, prev.Name))
+		klog.FromContext(ctx).Error(err, "Reading a prepared claim failed", "then", "it holds its EFAs until the kubelet unprepares it", "claim", klog.KRef(prev.Namespace, prev.Name))
 	case string(cur.UID) != uid:
 		why = "the claim was deleted and another made under its name"
 	case cur.Status.Allocation == nil:

@@ -33,7 +33,7 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 		p.publishing.taintsDropped = true
 		p.mu.Unlock()
 		if first {
-			klog.FromContext(ctx).Info("the API server drops device taints (DRADeviceTaints disabled): unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
+			klog.FromContext(ctx).Info("API server drops device taints", "disabledFeature", "DRADeviceTaints", "then", "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
 			p.askRescan(rescanAPI)
 		}
 		return
@@ -60,7 +60,7 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 		p.mu.Unlock()
 		if first {
 			const why = "the API server refuses " + string(resources.AttrNUMANode) + " in list form (--numa-list needs DRAListTypeAttributes): published as a single number instead"
-			klog.FromContext(ctx).Info(why, "refused", err.Error())
+			klog.FromContext(ctx).Info("API server refuses numaNode lists", "then", why, "refused", err.Error())
 			p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", why)
 			p.askRescan(rescanAPI)
 			return
@@ -102,7 +102,7 @@ func (p *Plugin) withdrawAndStop(ctx context.Context, err error) {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if werr := w.Withdraw(wctx); werr != nil {
-			klog.FromContext(ctx).Error(werr, "withdrawing the slices before stopping")
+			klog.FromContext(ctx).Error(werr, "Withdrawing the slices before stopping failed")
 		}
 		stop()
 	})
@@ -129,7 +129,8 @@ func numaListRefused(err error) bool {
 }
 
 // WatchHealthStatus sends the health of every device now, then again on
-// every HealthInterval (re-scanning sysfs), until ctx ends: a device that
+// every health interval after a scan of sysfs (which Run makes), until
+// ctx ends: a device that
 // disappears, loses its driver, leaves ACTIVE or loses its uverbs node is
 // reported Unhealthy.
 func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
@@ -145,7 +146,15 @@ func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			_, _ = p.Rescan(ctx)
+		}
+		// The scan runs in Run, the one goroutine that writes the
+		// inventory; the report waits for it, an interval at most.
+		scanned := p.rescans.askWait(rescanHealth)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-scanned:
+		case <-time.After(p.ops.healthInterval):
 		}
 	}
 }

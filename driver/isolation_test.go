@@ -432,7 +432,7 @@ func TestModuleReloadSeenAtRuntime(t *testing.T) {
 	rec := events.New(client, node)
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
 		Config: resources.Config{NodeName: node}, SysfsRoot: s, CDI: w, Pods: pods,
-		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data, Events: rec,
+		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data, Hooks: driver.Hooks{Events: rec},
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

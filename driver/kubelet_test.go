@@ -168,17 +168,19 @@ func (n *kubeletNode) start() {
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
 		n.done <- driver.Serve(ctx, driver.ServeOptions{
-			Config:             resources.Config{NodeName: node, Groups: n.groups},
-			KubeClient:         n.client,
-			PodResourcesSocket: n.pods.Socket,
-			SysfsRoot:          n.fixture,
-			ProcRoot:           filepath.Join(n.dir, "proc"),
-			CDIRoot:            n.cdiDir(),
-			RegistrarDir:       filepath.Join(n.dir, "reg"),
-			PluginsDir:         filepath.Join(n.dir, "plugins"),
-			Ready:              ready,
-			Rescan:             n.rescan,
-			Live:               n.live,
+			Config:     resources.Config{NodeName: node, Groups: n.groups},
+			KubeClient: n.client,
+			Paths: driver.Paths{
+				PodResourcesSocket: n.pods.Socket,
+				SysfsRoot:          n.fixture,
+				ProcRoot:           filepath.Join(n.dir, "proc"),
+				CDIRoot:            n.cdiDir(),
+				RegistrarDir:       filepath.Join(n.dir, "reg"),
+				PluginsDir:         filepath.Join(n.dir, "plugins"),
+			},
+			Ready:  ready,
+			Rescan: n.rescan,
+			Live:   n.live,
 		})
 	}()
 	select {

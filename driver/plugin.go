@@ -190,14 +190,20 @@ type PluginOptions struct {
 	// <driver>): restore takes its lock file, and writes again the
 	// device-metadata specs of the files kept there. "" for neither.
 	DataDir string
+	// Hooks are the plugin's outputs and callbacks beside its API.
+	Hooks
+	// HealthInterval is how often health is re-checked (10 s when 0).
+	HealthInterval time.Duration
+}
+
+// Hooks are what the plugin reports to and calls, each optional.
+type Hooks struct {
 	// Events records on the Node (nil for none).
 	Events *events.Recorder
 	// Stop is called on a fatal background error (nil for none).
 	Stop func(err error)
 	// Precheck says whether another owner holds the EFAs (nil for none).
 	Precheck owners.Check
-	// HealthInterval is how often health is re-checked (10 s when 0).
-	HealthInterval time.Duration
 	// Spawn starts a goroutine the Plugin needs (nil: a go statement).
 	Spawn func(func())
 }
@@ -244,7 +250,7 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 		// Claims from before a reboot: the kubelet prepares again, and
 		// their specs (if the CDI directory survived) describe nothing;
 		// restore removes them with the other leftovers.
-		klog.FromContext(ctx).Info("dropped claims prepared before the node rebooted", "count", len(st.Dropped))
+		klog.FromContext(ctx).Info("Dropped claims prepared before the node rebooted", "count", len(st.Dropped))
 	}
 	errs = append(errs, p.restore(ctx, true)...)
 	return p, errors.Join(errs...)

@@ -130,6 +130,7 @@ func TestHealth(t *testing.T) {
 	defer cancel()
 	reports := make(chan kubeletplugin.DeviceHealthReport)
 	done := make(chan error, 1)
+	go p.Run(ctx, time.Hour, nil) // the health checks' scans
 	go func() { done <- p.WatchHealthStatus(ctx, reports) }()
 
 	first := <-reports
@@ -225,7 +226,7 @@ func TestDroppedCountersStop(t *testing.T) {
 	var stopped error
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node, Groups: resources.GroupsMixed},
 		SysfsRoot: root, CDI: w, Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
-		Stop: func(err error) { stopped = err }})
+		Hooks: driver.Hooks{Stop: func(err error) { stopped = err }}})
 	require.NoError(t, err)
 	want := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: []resourceapi.CounterSet{{Name: "efas-pci0000-44"}}}}
 	p.HandleError(context.Background(), &resourceslice.DroppedFieldsError{PoolName: node, DesiredSlice: want, ActualSlice: &resourceapi.ResourceSlice{}}, "publishing")

@@ -143,9 +143,9 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		// reads, the calls before it).
 		if res.Err != nil {
 			res.Err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, res.Err)
-			logger.Error(res.Err, "prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved, "waited", waited)
+			logger.Error(res.Err, "Prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved, "waited", waited)
 		} else {
-			logger.Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.claims.state.Claims[string(c.UID)]), "duration", took[i]+saved, "waited", waited)
+			logger.Info("Prepared claim", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.claims.state.Claims[string(c.UID)]), "duration", took[i]+saved, "waited", waited)
 		}
 		out[c.UID] = res
 	}
@@ -291,7 +291,7 @@ func describe(ws []wanted) string {
 func (p *Plugin) reloadState(ctx context.Context) {
 	st, err := p.claims.store.Reload(p.claims.bootID, p.claims.state)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "reading the checkpoint again; going on with the state in memory")
+		klog.FromContext(ctx).Error(err, "Reading the checkpoint again failed", "then", "going on with the state in memory")
 		return
 	}
 	p.claims.state = st

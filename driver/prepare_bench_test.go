@@ -154,9 +154,10 @@ func servePlugin(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) erro
 	ready, done := make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- driver.Serve(ctx, driver.ServeOptions{
-			Config: resources.Config{NodeName: node}, KubeClient: client, SysfsRoot: p5, ProcRoot: proc,
-			CDIRoot: filepath.Join(cdiDir, "cdi"), RegistrarDir: filepath.Join(dataDir, "reg"),
-			PluginsDir: filepath.Join(dataDir, "plugins"), Ready: ready, Live: efa.StaticLive{Mode: efa.NetnsShared},
+			Config: resources.Config{NodeName: node}, KubeClient: client,
+			Paths: driver.Paths{SysfsRoot: p5, ProcRoot: proc, CDIRoot: filepath.Join(cdiDir, "cdi"),
+				RegistrarDir: filepath.Join(dataDir, "reg"), PluginsDir: filepath.Join(dataDir, "plugins")},
+			Ready: ready, Live: efa.StaticLive{Mode: efa.NetnsShared},
 			Sync: sync,
 		})
 	}()

@@ -200,7 +200,7 @@ func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 			p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", "withdrawing the EFAs' ResourceSlices failed: "+err.Error())
 			return false, err
 		}
-		logger.Info("withdrew the node's ResourceSlices (standing aside)")
+		logger.Info("Withdrew the node's ResourceSlices", "why", "standing aside")
 	} else if err := pub.PublishResources(ctx, *cur); err != nil {
 		err = fmt.Errorf("publish: %w", err)
 		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", "publishing the EFAs' ResourceSlices failed: "+err.Error())
@@ -211,7 +211,7 @@ func (p *Plugin) Publish(ctx context.Context) (bool, error) {
 			// What the scan could not read is why a device went or changed.
 			kv = append(kv, "scanErrors", scanErr)
 		}
-		logger.Info("published", kv...)
+		logger.Info("Published", kv...)
 	}
 	p.mu.Lock()
 	p.publishing.published = cur.DeepCopy()
@@ -305,11 +305,11 @@ func (p *Plugin) Recheck(ctx context.Context) {
 	if err != nil && err.Error() != p.publishing.checkErr {
 		p.publishing.checkErr = err.Error()
 		if p.publishing.checked {
-			logger.Error(err, "checking for another owner of the EFAs failed; keeping the last decision", "standingAside", p.publishing.blocked != "")
+			logger.Error(err, "Checking for another owner of the EFAs failed", "then", "keeping the last decision", "standingAside", p.publishing.blocked != "")
 		}
 	} else if err == nil && p.publishing.checkErr != "" {
 		p.publishing.checkErr = ""
-		logger.Info("checking for another owner of the EFAs works again")
+		logger.Info("Checking for another owner of the EFAs works again")
 	}
 	if err != nil {
 		if p.publishing.checked {
@@ -321,10 +321,10 @@ func (p *Plugin) Recheck(ctx context.Context) {
 		p.publishing.checked = true
 	}
 	if v.Reason != p.publishing.blocked && v.Reason != "" {
-		logger.Error(errors.New(v.Reason), "standing aside: publishing and preparing nothing")
+		logger.Error(errors.New(v.Reason), "Standing aside", "then", "publishing and preparing nothing")
 		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonStandingAside, "", "efakit publishes and prepares no EFA on this node: "+v.Reason)
 	} else if v.Reason == "" && p.publishing.blocked != "" {
-		logger.Info("no other owner of the EFAs any more: publishing", "was", p.publishing.blocked)
+		logger.Info("No other owner of the EFAs any more; publishing", "was", p.publishing.blocked)
 		p.ops.events.Record(corev1.EventTypeNormal, events.ReasonPublishing, "", "efakit publishes this node's EFAs again; it stood aside because "+p.publishing.blocked)
 	}
 	p.publishing.blocked = v.Reason
@@ -338,7 +338,9 @@ func (p *Plugin) Recheck(ctx context.Context) {
 }
 
 // Run rescans every interval, whenever signal receives (SIGHUP), and
-// whenever a scan is asked for (askRescan), until ctx ends. Each scan
+// whenever a scan is asked for (askRescan, the health checks), until ctx
+// ends. It is the one goroutine that scans once the plugin serves: the
+// inventory and health have one writer. Each scan
 // checks again for another owner of the EFAs unless a uevent alone asked
 // for it.
 func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan struct{}) {
@@ -361,6 +363,7 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan 
 		case <-p.rescans.ready:
 			reasons = p.rescans.take()
 			if len(reasons) == 0 {
+				p.rescans.served()
 				continue
 			}
 		}
@@ -371,11 +374,12 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan 
 		// Publish logs what it changed; a scan's errors are logged here
 		// when they change, not again at every scan.
 		_, err := p.Rescan(ctx)
+		p.rescans.served()
 		switch {
 		case err != nil && err.Error() != lastErr:
-			logger.Error(err, "rescan")
+			logger.Error(err, "Rescan failed")
 		case err == nil && lastErr != "":
-			logger.Info("rescan: the errors of the scans before are gone")
+			logger.Info("Rescan errors are gone")
 		}
 		lastErr = ""
 		if err != nil {

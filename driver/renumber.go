@@ -146,7 +146,7 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 		old := devNumber(d.Major, d.Minor)
 		m := renumbering{Device: d.Device, Was: d.RDMAName + " " + d.Uverbs + " " + old,
 			Now: cur.RDMAName + " " + cur.Verbs.Name + " " + devNumber(cur.Verbs.Major, cur.Verbs.Minor)}
-		logger.Error(nil, "EFA of a prepared claim renumbered (efa or ib_uverbs module reloaded?); CDI spec corrected, containers started before hold the old device number and may reach another EFA: restart them",
+		logger.Error(nil, "EFA of a prepared claim renumbered", "cause", "efa or ib_uverbs module reloaded?", "then", "CDI spec corrected; containers started before hold the old device number and may reach another EFA: restart them",
 			"claim", klog.KRef(c.Namespace, c.Name), "device", d.Device, "was", m.Was, "now", m.Now)
 		d.Stale = slices.Clone(d.Stale)
 		if !slices.Contains(d.Stale, old) {
@@ -165,7 +165,7 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 		for _, d := range c.Devices {
 			if other, ok := held["dev:"+devNumber(d.Major, d.Minor)]; ok {
 				o := p.claims.state.Claims[other]
-				logger.Error(nil, "After the renumbering, containers of two claims hold one device number: restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", klog.KRef(o.Namespace, o.Name), "device", d.Uverbs)
+				logger.Error(nil, "Containers of two claims hold one device number after a renumbering", "then", "restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", klog.KRef(o.Namespace, o.Name), "device", d.Uverbs)
 			}
 		}
 		if c.Env != nil {
@@ -180,7 +180,7 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 	}
 	ok, err := p.claims.cdi.Exists(c.UID)
 	if err == nil && !ok && len(c.Devices) > 0 {
-		logger.Info("CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
+		logger.Info("Wrote a lost CDI spec again", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
 		p.ops.metrics.SpecsRestored.Inc()
 	}
 	if len(c.Devices) > 0 && (changed || err != nil || !ok) {

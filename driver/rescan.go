@@ -19,10 +19,11 @@ const (
 	rescanAPI       rescanReason = "api-server" // the API server dropped fields of a publish
 	rescanSlices    rescanReason = "slices"     // another dra.net publisher's slices changed
 	rescanOwnerWait rescanReason = "owner-wait" // the owner check could not tell: ask again in 5 s
+	rescanHealth    rescanReason = "health"     // the health check's interval: sysfs only
 )
 
 // recheck tells whether a scan for the reason checks for another owner.
-func (r rescanReason) recheck() bool { return r != rescanUevent }
+func (r rescanReason) recheck() bool { return r != rescanUevent && r != rescanHealth }
 
 // rescans are the scans asked for and not yet run: one request carries its
 // reason, requests made while one waits join it, and Run takes them all at
@@ -35,20 +36,41 @@ type rescans struct {
 	// one: Run's loop waits for it, so it needs no goroutine of its own.
 	later   rescanReason
 	laterAt time.Time
+	// round is closed when the scan that serves the requests made now
+	// ends; taken is the round of the scan under way.
+	round, taken chan struct{}
 }
 
-func newRescans() *rescans { return &rescans{ready: make(chan struct{}, 1)} }
+func newRescans() *rescans {
+	return &rescans{ready: make(chan struct{}, 1), round: make(chan struct{})}
+}
 
 // ask asks for a scan for reason; it never blocks.
-func (q *rescans) ask(reason rescanReason) {
+func (q *rescans) ask(reason rescanReason) { q.askWait(reason) }
+
+// askWait asks for a scan for reason and returns what is closed when that
+// scan has ended; it never blocks.
+func (q *rescans) askWait(reason rescanReason) <-chan struct{} {
 	q.mu.Lock()
 	if !slices.Contains(q.pending, reason) {
 		q.pending = append(q.pending, reason)
 	}
+	round := q.round
 	q.mu.Unlock()
 	select {
 	case q.ready <- struct{}{}:
 	default:
+	}
+	return round
+}
+
+// served says the scan of the requests last taken has ended.
+func (q *rescans) served() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.taken != nil {
+		close(q.taken)
+		q.taken = nil
 	}
 }
 
@@ -97,6 +119,9 @@ func (q *rescans) take() []rescanReason {
 	defer q.mu.Unlock()
 	out := q.pending
 	q.pending = nil
+	if q.taken == nil {
+		q.taken, q.round = q.round, make(chan struct{})
+	}
 	return out
 }
 

@@ -48,3 +48,26 @@ func TestRescansLater(t *testing.T) {
 		assert.Nil(t, q.next(), "one delayed request at a time, taken once")
 	})
 }
+
+// TestRescansRound: a request's round ends when the scan that took it is
+// served, not one taken before it.
+func TestRescansRound(t *testing.T) {
+	q := newRescans()
+	first := q.askWait(rescanHealth)
+	assert.Equal(t, []rescanReason{rescanHealth}, q.take())
+	second := q.askWait(rescanHealth) // made while the first scan runs
+	q.served()
+	select {
+	case <-first:
+	default:
+		t.Fatal("the first round is not over after its scan")
+	}
+	select {
+	case <-second:
+		t.Fatal("a request made during a scan is served by that scan")
+	default:
+	}
+	assert.False(t, anyRecheck(q.take()), "a health scan reads sysfs only")
+	q.served()
+	<-second
+}

@@ -117,7 +117,7 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 	}
 	if len(removed) > 0 {
 		slices.Sort(removed)
-		logger.Info("removed files of no prepared claim", "count", len(removed), "files", removed)
+		logger.Info("Removed files of no prepared claim", "count", len(removed), "files", removed)
 	}
 	return errs, moved
 }
@@ -185,7 +185,7 @@ func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []erro
 			continue
 		}
 		p.ops.metrics.SpecsRestored.Inc()
-		klog.FromContext(ctx).Info("device-metadata CDI spec written again (the CDI directory lost it)", "claim", klog.KRef(c.Namespace, c.Name), "request", req)
+		klog.FromContext(ctx).Info("Wrote a lost device-metadata CDI spec again", "claim", klog.KRef(c.Namespace, c.Name), "request", req)
 	}
 	return errs
 }

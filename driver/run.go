@@ -174,11 +174,12 @@ func (r *run) serve(o ServeOptions) error {
 	}
 	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, CDI: writer,
 		Store: store, BootID: bootID, KubeClient: o.KubeClient, Pods: pods, DataDir: dataDir,
-		Events: recorder, Stop: func(err error) { r.cancel(err) },
-		Precheck: owners.All(owners.Netns(live),
-			owners.Node(o.KubeClient, o.Config.NodeName, o.AllowDevicePlugin),
-			owners.Publishers(o.KubeClient, driverName, o.Config.NodeName)),
-		HealthInterval: o.HealthInterval, Spawn: r.spawn})
+		Hooks: Hooks{Events: recorder, Stop: func(err error) { r.cancel(err) },
+			Precheck: owners.All(owners.Netns(live),
+				owners.Node(o.KubeClient, o.Config.NodeName, o.AllowDevicePlugin),
+				owners.Publishers(o.KubeClient, driverName, o.Config.NodeName)),
+			Spawn: r.spawn},
+		HealthInterval: o.HealthInterval})
 	if plugin == nil {
 		return err
 	}

@@ -17,29 +17,13 @@ import (
 type ServeOptions struct {
 	Config     resources.Config
 	KubeClient kubernetes.Interface
-	// SysfsRoot is a directory or a capture file (tests run the plugin on
-	// a fixture).
-	SysfsRoot string
-	// ProcRoot holds sys/kernel/random/boot_id.
-	ProcRoot string
-	CDIRoot  string
-	// RegistrarDir is the kubelet's plugin registration directory
-	// (/var/lib/kubelet/plugins_registry).
-	RegistrarDir string
-	// PodResourcesSocket is the kubelet's PodResources API
-	// (podresources.DefaultSocket): which containers use which claims,
-	// for the libfabric environment's check. "" for none.
-	PodResourcesSocket string
-	// PluginsDir is the kubelet's plugins directory
-	// (/var/lib/kubelet/plugins); the plugin's socket and checkpoint go in
-	// PluginsDir/<driver name>.
-	PluginsDir string
+	// Paths are where the plugin reads and writes.
+	Paths
+	// Intervals pace the periodic sysfs scans.
+	Intervals
 	// PodUID enables rolling updates: two plugin pods may serve during an
 	// update, handing over through file locks.
 	PodUID types.UID
-	// RescanInterval and HealthInterval pace the periodic sysfs scans.
-	RescanInterval time.Duration
-	HealthInterval time.Duration
 	// HTTPAddr serves /healthz, /readyz and /metrics; "" for none.
 	HTTPAddr string
 	// Rescan asks for a scan now (SIGHUP in the daemon).
@@ -62,4 +46,32 @@ type ServeOptions struct {
 	// of the files the plugin and the helper's device metadata write:
 	// tests count them through it.
 	Sync func(*os.File) error
+}
+
+// Paths are the directories, files and sockets the plugin uses.
+type Paths struct {
+	// SysfsRoot is a directory or a capture file (tests run the plugin on
+	// a fixture).
+	SysfsRoot string
+	// ProcRoot holds sys/kernel/random/boot_id.
+	ProcRoot string
+	CDIRoot  string
+	// RegistrarDir is the kubelet's plugin registration directory
+	// (/var/lib/kubelet/plugins_registry).
+	RegistrarDir string
+	// PodResourcesSocket is the kubelet's PodResources API
+	// (podresources.DefaultSocket): which containers use which claims,
+	// for the libfabric environment's check. "" for none.
+	PodResourcesSocket string
+	// PluginsDir is the kubelet's plugins directory
+	// (/var/lib/kubelet/plugins); the plugin's socket and checkpoint go in
+	// PluginsDir/<driver name>.
+	PluginsDir string
+}
+
+// Intervals pace the periodic sysfs scans: the rescan for changed devices
+// (a minute when 0) and the health checks (10 s when 0).
+type Intervals struct {
+	RescanInterval time.Duration
+	HealthInterval time.Duration
 }

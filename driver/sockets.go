@@ -71,7 +71,7 @@ func removeStaleSockets(ctx context.Context, registrar, dataDir, driverName stri
 		removed = append(removed, path)
 	}
 	if len(removed) > 0 {
-		logger.Info("Removed sockets of plugin pods that are gone (no process answers on them)", "count", len(removed), "sockets", removed)
+		logger.Info("Removed sockets of plugin pods that are gone", "count", len(removed), "sockets", removed)
 	}
 	return removed
 }

@@ -14,7 +14,7 @@ import (
 func (p *Plugin) WatchUevents(ctx context.Context, src uevents.Source) {
 	logger := klog.FromContext(ctx)
 	uevents.Watch(ctx, src, uevents.Quiet, uevents.MaxWait, func(b uevents.Burst) {
-		logger.V(2).Info("devices changed: rescanning", "events", b.Count, "firstAction", b.First.Action,
+		logger.V(2).Info("Devices changed; rescanning", "events", b.Count, "firstAction", b.First.Action,
 			"firstSubsystem", b.First.Subsystem, "firstDevPath", b.First.DevPath, "eventsLost", b.Lost,
 			"waited", time.Since(b.Started).Round(time.Millisecond))
 		p.askRescan(rescanUevent)
@@ -32,10 +32,10 @@ func (p *Plugin) startUevents(ctx context.Context, open func() (uevents.Source, 
 	logger := klog.FromContext(ctx)
 	src, err := open()
 	if err != nil {
-		logger.Error(err, "cannot watch the kernel's uevents: hardware changes are seen at the periodic rescans only")
+		logger.Error(err, "Cannot watch the kernel's uevents", "then", "hardware changes are seen at the periodic rescans only")
 		return func() {}
 	}
-	logger.V(2).Info("watching the kernel's uevents")
+	logger.V(2).Info("Watching the kernel's uevents")
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -55,10 +55,10 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		p.ops.metrics.Observe("unprepare", d, err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-			logger.Error(err, "unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
+			logger.Error(err, "Unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
 		} else {
 			// devices is empty for a claim that was not prepared here.
-			logger.Info("unprepared", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
+			logger.Info("Unprepared claim", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
 		}
 		out[c.UID] = err
 	}

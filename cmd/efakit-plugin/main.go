@@ -224,13 +224,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		logger.Error(err, "kubernetes client configuration")
+		logger.Error(err, "Reading the Kubernetes client configuration failed")
 		klog.Flush()
 		return 1
 	}
 	cfg.QPS, cfg.Burst = float32(opts.kubeAPIQPS), opts.kubeAPIBurst
 	if o.KubeClient, err = kubernetes.NewForConfig(cfg); err != nil {
-		logger.Error(err, "kubernetes client")
+		logger.Error(err, "Making the Kubernetes client failed")
 		klog.Flush()
 		return 1
 	}
@@ -269,19 +269,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		n, err := releaseStartupPages("/proc/self/maps", reflect.ValueOf(releaseStartupPages).Pointer())
 		if err != nil {
-			logger.Info("start-up pages not given back to the kernel", "err", err)
+			logger.Info("Start-up pages not given back to the kernel", "err", err)
 			return
 		}
-		logger.V(2).Info("gave start-up pages back to the kernel", "advisedMiB", n>>20)
+		logger.V(2).Info("Gave start-up pages back to the kernel", "advisedMiB", n>>20)
 	}()
-	logger.Info("starting", "version", version, "driver", o.Config.DriverName, "memoryLimitMiB", limit>>20,
+	logger.Info("Starting", "version", version, "driver", o.Config.DriverName, "memoryLimitMiB", limit>>20,
 		"kubeAPIQPS", opts.kubeAPIQPS, "kubeAPIBurst", opts.kubeAPIBurst)
 	if err := driver.Serve(ctx, o); err != nil && !errors.Is(err, context.Canceled) {
-		logger.Error(err, "plugin stopped")
+		logger.Error(err, "Plugin stopped")
 		klog.Flush()
 		return 1
 	}
-	logger.Info("stopped")
+	logger.Info("Stopped")
 	klog.Flush()
 	return 0
 }

@@ -231,7 +231,7 @@ func (e *Recorder) write(ctx context.Context, ev nodeEvent, flush bool) {
 	defer cancel()
 	if _, err := e.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		// Bounded by the rate limit, like the events themselves.
-		klog.FromContext(ctx).Error(err, "writing an event on the node", "reason", ev.reason, "device", ev.object)
+		klog.FromContext(ctx).Error(err, "Writing an Event on the Node failed", "reason", ev.reason, "device", ev.object)
 	}
 }
 

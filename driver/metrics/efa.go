@@ -47,19 +47,29 @@ type EFA struct {
 	sysfs   fs.ReadLinkFS
 	targets func() []Target
 
-	counterDescs map[string]*prometheus.Desc // by counter file name
-	otherDevice  *prometheus.Desc
-	otherPort    *prometheus.Desc
-	portActive   *prometheus.Desc
-	portRate     *prometheus.Desc
-	readErrs     *prometheus.CounterVec
-	timeouts     prometheus.Counter
+	descs descs
+	fails fails
 
 	mu      sync.Mutex
 	last    *efaSample
 	round   *efaRound
 	pending map[string]bool   // PCI addresses of EFAs whose read has not returned
 	lastErr map[string]string // by RDMA device: the errors last logged
+}
+
+// fails count the exporter's own failures.
+type fails struct {
+	reads    *prometheus.CounterVec // efakit_efa_read_errors_total{device}
+	timeouts prometheus.Counter     // efakit_efa_read_timeouts_total
+}
+
+// descs are the descriptions of the EFA series.
+type descs struct {
+	counters    map[string]*prometheus.Desc // by counter file name
+	otherDevice *prometheus.Desc
+	otherPort   *prometheus.Desc
+	portActive  *prometheus.Desc
+	portRate    *prometheus.Desc
 }
 
 // Target is one EFA to read and what its series are labelled with.
@@ -152,25 +162,25 @@ func NewEFA(fsys fs.ReadLinkFS, targets func() []Target) *EFA {
 	m := &EFA{
 		Timeout: DefaultEFATimeout, CacheFor: DefaultEFACacheFor,
 		sysfs: fsys, targets: targets,
-		counterDescs: map[string]*prometheus.Desc{},
-		otherDevice: prometheus.NewDesc("efakit_efa_other_total",
-			"A device counter of hw_counters that efakit does not know (a newer efa driver), by file name.",
-			append(slices.Clone(efaLabels), "counter"), nil),
-		otherPort: prometheus.NewDesc("efakit_efa_port_other_total",
-			"A port counter of ports/<n>/hw_counters that efakit does not know (a newer efa driver), by file name.",
-			append(slices.Clone(portLabels), "counter"), nil),
-		portActive: prometheus.NewDesc("efakit_efa_port_active",
-			"1 when the port's state is ACTIVE, else 0 (ports/<n>/state).", portLabels, nil),
-		portRate: prometheus.NewDesc("efakit_efa_port_rate_bytes_per_second",
-			"The port's link rate (ports/<n>/rate).", portLabels, nil),
-		readErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		descs: descs{counters: map[string]*prometheus.Desc{},
+			otherDevice: prometheus.NewDesc("efakit_efa_other_total",
+				"A device counter of hw_counters that efakit does not know (a newer efa driver), by file name.",
+				append(slices.Clone(efaLabels), "counter"), nil),
+			otherPort: prometheus.NewDesc("efakit_efa_port_other_total",
+				"A port counter of ports/<n>/hw_counters that efakit does not know (a newer efa driver), by file name.",
+				append(slices.Clone(portLabels), "counter"), nil),
+			portActive: prometheus.NewDesc("efakit_efa_port_active",
+				"1 when the port's state is ACTIVE, else 0 (ports/<n>/state).", portLabels, nil),
+			portRate: prometheus.NewDesc("efakit_efa_port_rate_bytes_per_second",
+				"The port's link rate (ports/<n>/rate).", portLabels, nil)},
+		fails: fails{reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "efakit_efa_read_errors_total",
 			Help: "Files of an EFA (counters, port state, rate) that could not be read or parsed; their series are left out.",
 		}, []string{"device"}),
-		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "efakit_efa_read_timeouts_total",
-			Help: "Scrapes that stopped waiting for sysfs (or the plugin's state) at the bound; the EFAs not read were left out.",
-		}),
+			timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "efakit_efa_read_timeouts_total",
+				Help: "Scrapes that stopped waiting for sysfs (or the plugin's state) at the bound; the EFAs not read were left out.",
+			})},
 		pending: map[string]bool{},
 		lastErr: map[string]string{},
 	}
@@ -184,22 +194,22 @@ func NewEFA(fsys fs.ReadLinkFS, targets func() []Target) *EFA {
 		if c.Port {
 			labels, file = portLabels, "ports/<n>/hw_counters/"+c.Name
 		}
-		m.counterDescs[c.Name] = prometheus.NewDesc(name, fmt.Sprintf("%s (%s, %s)", c.Help, file, c.Unit), labels, nil)
+		m.descs.counters[c.Name] = prometheus.NewDesc(name, fmt.Sprintf("%s (%s, %s)", c.Help, file, c.Unit), labels, nil)
 	}
 	return m
 }
 
 // Describe sends every metric's description.
 func (m *EFA) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range m.counterDescs {
+	for _, d := range m.descs.counters {
 		ch <- d
 	}
-	ch <- m.otherDevice
-	ch <- m.otherPort
-	ch <- m.portActive
-	ch <- m.portRate
-	m.readErrs.Describe(ch)
-	m.timeouts.Describe(ch)
+	ch <- m.descs.otherDevice
+	ch <- m.descs.otherPort
+	ch <- m.descs.portActive
+	ch <- m.descs.portRate
+	m.fails.reads.Describe(ch)
+	m.fails.timeouts.Describe(ch)
 }
 
 // Collect sends the EFAs' metrics: the last read if it is younger than
@@ -208,8 +218,8 @@ func (m *EFA) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range m.sample().metrics {
 		ch <- x
 	}
-	m.readErrs.Collect(ch)
-	m.timeouts.Collect(ch)
+	m.fails.reads.Collect(ch)
+	m.fails.timeouts.Collect(ch)
 }
 
 func (m *EFA) now() time.Time {
@@ -254,7 +264,7 @@ func (m *EFA) run(r *efaRound, timeout time.Duration) {
 	case targets = <-tc:
 	case <-deadline.C:
 		timedOut = true
-		logger.Error(nil, "EFA metrics: the plugin's state was busy past the bound; no EFA in this scrape", "timeout", timeout)
+		logger.Error(nil, "EFA metrics timed out waiting for the plugin's state", "timeout", timeout, "then", "no EFA in this scrape")
 	}
 
 	results := make(chan efaReading, len(targets)) // late reads never block
@@ -304,8 +314,8 @@ wait:
 		m.noteErrors(logger, rd)
 	}
 	if timedOut || len(stuck) > 0 {
-		m.timeouts.Inc()
-		logger.Error(nil, "EFA metrics: sysfs reads did not finish within the bound; those EFAs are left out of this scrape",
+		m.fails.timeouts.Inc()
+		logger.Error(nil, "EFA metrics timed out reading sysfs", "then", "the EFAs not read are left out of this scrape",
 			"timeout", timeout, "late", late, "stillReadingFromBefore", stuck)
 	}
 

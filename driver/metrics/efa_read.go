@@ -48,7 +48,7 @@ func flatten(err error) []error {
 func (m *EFA) noteErrors(logger klog.Logger, rd efaReading) {
 	dev := rd.t.Device
 	if n := len(rd.errs); n > 0 {
-		m.readErrs.WithLabelValues(dev).Add(float64(n))
+		m.fails.reads.WithLabelValues(dev).Add(float64(n))
 	}
 	msg := errors.Join(rd.errs...)
 	text := ""
@@ -65,9 +65,9 @@ func (m *EFA) noteErrors(logger klog.Logger, rd efaReading) {
 	m.mu.Unlock()
 	switch {
 	case changed && text != "":
-		logger.Error(msg, "EFA metrics: files left out", "device", dev)
+		logger.Error(msg, "EFA metrics left files out", "device", dev)
 	case changed:
-		logger.Info("EFA metrics: every file read again", "device", dev)
+		logger.Info("EFA metrics read every file again", "device", dev)
 	}
 }
 
@@ -95,10 +95,10 @@ func (m *EFA) metricsOf(rd efaReading) []prometheus.Metric {
 				continue
 			}
 			v := float64(cs.Device[name])
-			if port, ok := known[name]; ok && !port && m.counterDescs[name] != nil {
-				out = append(out, &efaMetric{m.counterDescs[name], basePairs, true, v})
+			if port, ok := known[name]; ok && !port && m.descs.counters[name] != nil {
+				out = append(out, &efaMetric{m.descs.counters[name], basePairs, true, v})
 			} else {
-				out = append(out, prometheus.MustNewConstMetric(m.otherDevice, prometheus.CounterValue, v, append(slices.Clone(base), name)...))
+				out = append(out, prometheus.MustNewConstMetric(m.descs.otherDevice, prometheus.CounterValue, v, append(slices.Clone(base), name)...))
 			}
 		}
 		ports := make([]int, 0, len(cs.Ports))
@@ -113,10 +113,10 @@ func (m *EFA) metricsOf(rd efaReading) []prometheus.Metric {
 					continue
 				}
 				v := float64(cs.Ports[n][name])
-				if port, ok := known[name]; ok && port && m.counterDescs[name] != nil {
-					out = append(out, &efaMetric{m.counterDescs[name], pairs, true, v})
+				if port, ok := known[name]; ok && port && m.descs.counters[name] != nil {
+					out = append(out, &efaMetric{m.descs.counters[name], pairs, true, v})
 				} else {
-					out = append(out, prometheus.MustNewConstMetric(m.otherPort, prometheus.CounterValue, v, append(slices.Clone(pl), name)...))
+					out = append(out, prometheus.MustNewConstMetric(m.descs.otherPort, prometheus.CounterValue, v, append(slices.Clone(pl), name)...))
 				}
 			}
 		}
@@ -128,10 +128,10 @@ func (m *EFA) metricsOf(rd efaReading) []prometheus.Metric {
 			if p.state == "ACTIVE" {
 				active = 1
 			}
-			out = append(out, &efaMetric{m.portActive, pairs, false, active})
+			out = append(out, &efaMetric{m.descs.portActive, pairs, false, active})
 		}
 		if p.rateOK {
-			out = append(out, &efaMetric{m.portRate, pairs, false, p.rateGbps * 1e9 / 8})
+			out = append(out, &efaMetric{m.descs.portRate, pairs, false, p.rateGbps * 1e9 / 8})
 		}
 	}
 	return out

@@ -37,7 +37,7 @@ func Netns(live efa.Live) Check {
 		defer mu.Unlock()
 		if err != nil {
 			if err.Error() != unknown {
-				klog.FromContext(ctx).Info("RDMA namespace mode unknown; taking the kernel's default, shared", "err", err)
+				klog.FromContext(ctx).Info("RDMA namespace mode unknown; taking the kernel's default", "default", "shared", "err", err)
 			}
 			unknown = err.Error()
 			return Verdict{}, nil

@@ -52,8 +52,13 @@ type Slices struct {
 	store     cache.Store                    // the watch's slices of the node (Watch)
 	// repair: own slices deleted or changed by someone else, by name, since
 	// when; logged once when all are back.
-	repair      map[string]string
-	repairSince time.Time
+	repair repair
+}
+
+// repair is what someone else deleted or changed of the plugin's slices.
+type repair struct {
+	slices map[string]string // what happened, by slice name; nil when none
+	since  time.Time
 }
 
 // RepairDelay is the controller's delay between a change to the node's
@@ -110,7 +115,7 @@ func (s *Slices) Withdraw(ctx context.Context) error {
 		s.ctrl.Stop()
 		s.ctrl = nil
 	}
-	s.desired, s.repair = nil, nil
+	s.desired, s.repair.slices = nil, nil
 	list, err := s.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"spec.driver": s.DriverName, "spec.nodeName": s.NodeName}.String()})
 	if err != nil {
@@ -214,10 +219,10 @@ func (s *Slices) noteRepair(prev, cur *resourceapi.ResourceSlice, what string) {
 	if s.ctrl == nil || s.withdrawn[prev.UID] || s.matches(prev) < 0 || (cur != nil && s.matches(cur) >= 0) {
 		return
 	}
-	if s.repair == nil {
-		s.repair, s.repairSince = map[string]string{}, time.Now()
+	if s.repair.slices == nil {
+		s.repair = repair{slices: map[string]string{}, since: time.Now()}
 	}
-	s.repair[prev.Name] = what
+	s.repair.slices[prev.Name] = what
 }
 
 // repaired logs, once, that the slices someone else deleted or changed
@@ -226,7 +231,7 @@ func (s *Slices) noteRepair(prev, cur *resourceapi.ResourceSlice, what string) {
 func (s *Slices) repaired(logger klog.Logger) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.repair) == 0 || s.desired == nil || s.store == nil {
+	if len(s.repair.slices) == 0 || s.desired == nil || s.store == nil {
 		return
 	}
 	want := 0
@@ -249,7 +254,7 @@ func (s *Slices) repaired(logger klog.Logger) {
 		return
 	}
 	var deleted, changed []string
-	for name, what := range s.repair {
+	for name, what := range s.repair.slices {
 		if what == "deleted" {
 			deleted = append(deleted, name)
 		} else {
@@ -258,9 +263,9 @@ func (s *Slices) repaired(logger klog.Logger) {
 	}
 	sort.Strings(deleted)
 	sort.Strings(changed)
-	logger.Info("ResourceSlices of this node deleted or changed by someone else (a kubelet restart deletes them all) are published again",
-		"deleted", deleted, "changed", changed, "after", time.Since(s.repairSince).Round(time.Millisecond))
-	s.repair = nil
+	logger.Info("Published again the ResourceSlices someone else deleted or changed", "note", "a kubelet restart deletes them all",
+		"deleted", deleted, "changed", changed, "after", time.Since(s.repair.since).Round(time.Millisecond))
+	s.repair.slices = nil
 }
 
 // matches is the index, counted over the desired pools' slices in pool

@@ -127,10 +127,10 @@ func Watch(ctx context.Context, src Source, quiet, maxWait time.Duration, rescan
 			case errors.Is(r.err, uevent.ErrLost):
 				burst.Lost = true
 			case errors.Is(r.err, uevent.ErrMalformed):
-				logger.V(2).Info("skipping a uevent", "err", r.err)
+				logger.V(2).Info("Skipping a uevent", "err", r.err)
 				continue
 			case r.err != nil:
-				logger.Error(r.err, "watching the kernel's uevents stopped: hardware changes are seen at the periodic rescans only")
+				logger.Error(r.err, "Watching the kernel's uevents stopped", "then", "hardware changes are seen at the periodic rescans only")
 				return
 			case !relevant(r.ev):
 				continue

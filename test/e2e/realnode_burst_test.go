@@ -302,7 +302,7 @@ func klogTime(m []string) time.Time {
 
 var (
 	kubeletAdd  = regexp.MustCompile(`^"SyncLoop ADD" source="api" pods=\["` + nodeNS + `/([^"]+)"\]`)
-	pluginReady = regexp.MustCompile(`^"prepared" .*?\bclaim="` + nodeNS + `/([^"]+)".* duration="([^"]+)" waited="([^"]+)"`)
+	pluginReady = regexp.MustCompile(`^"Prepared claim" .*?\bclaim="` + nodeNS + `/([^"]+)".* duration="([^"]+)" waited="([^"]+)"`)
 )
 
 // stepsFromLogs fills in, from the kubelet's and the plugin's logs since

@@ -72,12 +72,12 @@ func TestRealNodeSliceRepair(t *testing.T) {
 	t.Logf("kubelet restart: the node's slices deleted, the plugin's back %v later", took.Round(time.Millisecond))
 	n.waitEFAs(t, 32)
 	require.Eventually(t, func() bool {
-		return strings.Contains(n.logTail("efakit-plugin", 20000), "deleted or changed by someone else")
+		return strings.Contains(n.logTail("efakit-plugin", 20000), "Published again the ResourceSlices someone else deleted or changed")
 	}, 10*time.Second, 100*time.Millisecond, "the plugin logs the repair")
 	log := n.logTail("efakit-plugin", 100000)
-	assert.Equal(t, 1, strings.Count(log, "deleted or changed by someone else"), "one line per repair")
+	assert.Equal(t, 1, strings.Count(log, "Published again the ResourceSlices someone else deleted or changed"), "one line per repair")
 	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "deleted or changed by someone else") {
+		if strings.Contains(line, "Published again the ResourceSlices someone else deleted or changed") {
 			t.Logf("plugin: %s", line)
 		}
 	}
