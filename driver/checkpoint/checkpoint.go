@@ -10,9 +10,6 @@
 package checkpoint
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +17,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/efakit/efakit/internal/atomicfile"
@@ -285,99 +280,6 @@ func (s *Store) readBounded() (*os.File, []byte, error) {
 	return f, data, nil
 }
 
-// newerVersion reports a well-formed checkpoint whose version is later than
-// Version. Only the version is read: a later format may have any content.
-func newerVersion(data []byte) (int, bool) {
-	var v struct {
-		Version int `json:"version"`
-	}
-	if json.Unmarshal(data, &v) != nil || v.Version <= Version {
-		return 0, false
-	}
-	return v.Version, true
-}
-
-// decode parses and checks a checkpoint file.
-func decode(data []byte) (*State, error) {
-	switch {
-	case len(data) == 0:
-		// Written by something else than Save, which never leaves an
-		// empty file, even on a crash.
-		return nil, errors.New("empty file")
-	case len(data) > MaxSize:
-		return nil, fmt.Errorf("larger than %d bytes", MaxSize)
-	}
-	var f file
-	if err := strictUnmarshal(data, &f); err != nil {
-		return nil, err
-	}
-	if f.Version < 1 || f.Version > Version {
-		return nil, fmt.Errorf("version %d, want 1 to %d", f.Version, Version)
-	}
-	if len(f.Data) == 0 || bytes.Equal(f.Data, []byte("null")) {
-		return nil, errors.New("no data")
-	}
-	st := &State{}
-	if err := strictUnmarshal(f.Data, st); err != nil {
-		return nil, fmt.Errorf("data: %w", err)
-	}
-	canon, err := json.Marshal(st)
-	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
-	}
-	if sum := checksum(canon); sum != f.Checksum {
-		return nil, fmt.Errorf("checksum %q, content has %q", f.Checksum, sum)
-	}
-	if st.Version != f.Version {
-		return nil, fmt.Errorf("data has version %d, file %d", st.Version, f.Version)
-	}
-	if err := st.check(); err != nil {
-		return nil, err
-	}
-	st.Version = Version
-	if st.Claims == nil {
-		st.Claims = map[string]Claim{}
-	}
-	return st, nil
-}
-
-// strictUnmarshal decodes one JSON value with no unknown field and
-// nothing after it.
-func strictUnmarshal(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON value")
-	}
-	return nil
-}
-
-// check is what Save refuses to write and Load to read: a version other
-// than 1 to Version, no boot ID, or a claim under another UID than its own.
-func (st *State) check() error {
-	if st.Version < 1 || st.Version > Version {
-		return fmt.Errorf("state version %d, want 1 to %d", st.Version, Version)
-	}
-	if st.BootID == "" {
-		return errors.New("no boot ID")
-	}
-	for uid, c := range st.Claims {
-		if uid == "" || c.UID != uid {
-			return fmt.Errorf("claim %q recorded under UID %q", c.UID, uid)
-		}
-	}
-	return nil
-}
-
-// checksum is the hex SHA-256 of data.
-func checksum(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
-
 // Save writes st as the checkpoint, replacing the previous one atomically:
 // a temporary file in the data directory, written, synced, and renamed over
 // the checkpoint, so every process sees the old checkpoint or the new one,
@@ -431,58 +333,5 @@ func (s *Store) Save(st *State) error {
 	return nil
 }
 
-// sortedKeys are a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // bootIDFile is the kernel's boot ID under the proc root.
 const bootIDFile = "sys/kernel/random/boot_id"
-
-// ReadBootID reads the kernel's boot ID, a random UUID made at each boot,
-// from <procRoot>/sys/kernel/random/boot_id (procRoot is "/proc" on a live
-// node). It checks that the content is a UUID and returns it in lower case.
-func ReadBootID(procRoot string) (string, error) {
-	path := filepath.Join(procRoot, bootIDFile)
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("boot ID: %w", err)
-	}
-	defer f.Close()
-	// A UUID and a newline; more is not a boot ID.
-	data, err := io.ReadAll(io.LimitReader(f, 64))
-	if err != nil {
-		return "", fmt.Errorf("boot ID %s: %w", path, err)
-	}
-	id := strings.ToLower(strings.TrimSpace(string(data)))
-	if !isUUID(id) {
-		return "", fmt.Errorf("boot ID %s: %q is not a UUID", path, data)
-	}
-	return id, nil
-}
-
-// isUUID reports whether s is a UUID in lower-case 8-4-4-4-12 form.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
-}
