@@ -154,7 +154,7 @@ func TestLogPrepareUnprepare(t *testing.T) {
 	require.NoError(t, err)
 
 	log := logged()
-	prepared := entries(log, "prepared")
+	prepared := entries(log, "Prepared claim")
 	require.Len(t, prepared, 1)
 	m := kv(prepared[0])
 	assert.Equal(t, "default/c", fmt.Sprint(m["claim"]))
@@ -162,12 +162,12 @@ func TestLogPrepareUnprepare(t *testing.T) {
 	assert.Equal(t, []string{"efa-0000-4f-00-0=rdmap79s0", "efa-0000-50-00-0=rdmap80s0"}, m["devices"])
 	assert.IsType(t, time.Duration(0), m["duration"])
 
-	failed := entries(log, "prepare failed")
+	failed := entries(log, "Prepare failed")
 	require.Len(t, failed, 1)
 	assert.ErrorContains(t, failed[0].Err, "already prepared for claim "+c.Namespace+"/"+c.Name+" ("+string(c.UID)+")")
 	assert.Equal(t, "default/bad", fmt.Sprint(kv(failed[0])["claim"]))
 
-	unprepared := entries(log, "unprepared")
+	unprepared := entries(log, "Unprepared claim")
 	require.Len(t, unprepared, 1)
 	m = kv(unprepared[0])
 	assert.Equal(t, c.UID, m["uid"])
@@ -206,7 +206,7 @@ func TestLogPublishSaysWhat(t *testing.T) {
 	}))
 
 	var got []map[string]any
-	for _, e := range entries(logged(), "published") {
+	for _, e := range entries(logged(), "Published") {
 		got = append(got, kv(e))
 	}
 	require.Len(t, got, 5)
@@ -245,8 +245,8 @@ func TestLogNetnsUnknownOnce(t *testing.T) {
 	for _, e := range logged() {
 		msgs = append(msgs, e.Message)
 	}
-	assert.Equal(t, []string{"RDMA namespace mode unknown; taking the kernel's default, shared", "RDMA namespace mode known again",
-		"RDMA namespace mode unknown; taking the kernel's default, shared"}, msgs)
+	assert.Equal(t, []string{"RDMA namespace mode unknown; taking the kernel's default", "RDMA namespace mode known again",
+		"RDMA namespace mode unknown; taking the kernel's default"}, msgs)
 }
 
 type switchLive struct{ err error }
@@ -299,7 +299,7 @@ func TestSliceRepair(t *testing.T) {
 	assert.Len(t, entries(logged(), repairMsg), 2, "once per repair")
 }
 
-const repairMsg = "ResourceSlices of this node deleted or changed by someone else (a kubelet restart deletes them all) are published again"
+const repairMsg = "Published again the ResourceSlices someone else deleted or changed"
 
 // publishedP5 is what the plugin publishes for the p5 fixture.
 func publishedP5(t *testing.T) resourceslice.DriverResources {
