@@ -68,7 +68,7 @@ burst: e2e-deps
 ## its kube-apiserver cached beside 1.37's as bin/v1.34.4): every fixture's
 ## slices on 1.34 and 1.37 servers, and the plugin's fallbacks on 1.34. Not
 ## in make test: a cold build of that kube-apiserver would take a cold CI
-## run past its limit (README, Tests).
+## run past its limit (docs/testing.md).
 .PHONY: e2e-compat
 e2e-compat: e2e-deps
 	cd test/e2e && $(GO) vet ./... && EFAKIT_E2E_COMPAT=1 $(GO) test -count=1 -timeout 60m -run '^(TestSlicesPassAPIValidation|TestSlicesAcrossVersions|TestPluginOn134|TestNUMAListOn137)$$' -v .
