@@ -286,6 +286,11 @@ func (p *Plugin) DeviceCount() int {
 	return len(p.inv.devices)
 }
 
+// ownerCheckTimeout bounds one check for another owner of the EFAs: a
+// check that cannot answer within it cannot tell (the last decision
+// stands).
+const ownerCheckTimeout = 10 * time.Second
+
 // Recheck runs Precheck (API reads, so it runs with the periodic rescans,
 // not with the health checks) and remembers why the plugin must publish
 // and prepare nothing. When Precheck cannot tell (the API server does not
@@ -297,7 +302,12 @@ func (p *Plugin) Recheck(ctx context.Context) {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	v, err := p.ops.precheck(ctx)
+	// Bounded: the check runs in Run's loop, which also makes the health
+	// checks' scans; an API server that does not answer must not hold
+	// them past the kubelet's health timeout.
+	cctx, cancel := context.WithTimeout(ctx, ownerCheckTimeout)
+	v, err := p.ops.precheck(cctx)
+	cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// A failed check is logged when it starts or its error changes, not
@@ -334,56 +344,5 @@ func (p *Plugin) Recheck(ctx context.Context) {
 			val = 1
 		}
 		p.ops.metrics.StandingAside.WithLabelValues(k).Set(val)
-	}
-}
-
-// Run rescans every interval, whenever signal receives (SIGHUP), and
-// whenever a scan is asked for (askRescan, the health checks), until ctx
-// ends. It is the one goroutine that scans once the plugin serves: the
-// inventory and health have one writer. Each scan
-// checks again for another owner of the EFAs unless a uevent alone asked
-// for it.
-func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan struct{}) {
-	logger := klog.FromContext(ctx)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var lastErr string
-	for {
-		var reasons []rescanReason
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			reasons = append(p.rescans.take(), rescanInterval)
-		case <-signal:
-			reasons = append(p.rescans.take(), rescanSignal)
-		case <-p.rescans.next():
-			p.rescans.due()
-			continue
-		case <-p.rescans.ready:
-			reasons = p.rescans.take()
-			if len(reasons) == 0 {
-				p.rescans.served()
-				continue
-			}
-		}
-		logger.V(2).Info("Rescanning", "reasons", reasons)
-		if anyRecheck(reasons) {
-			p.Recheck(ctx)
-		}
-		// Publish logs what it changed; a scan's errors are logged here
-		// when they change, not again at every scan.
-		_, err := p.Rescan(ctx)
-		p.rescans.served()
-		switch {
-		case err != nil && err.Error() != lastErr:
-			logger.Error(err, "Rescan failed")
-		case err == nil && lastErr != "":
-			logger.Info("Rescan errors are gone")
-		}
-		lastErr = ""
-		if err != nil {
-			lastErr = err.Error()
-		}
 	}
 }

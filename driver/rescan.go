@@ -1,9 +1,12 @@
 package driver
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // rescanReason says why a scan is asked for. Every reason but a uevent also
@@ -128,4 +131,55 @@ func (q *rescans) take() []rescanReason {
 // anyRecheck tells whether one of the reasons checks for another owner.
 func anyRecheck(rs []rescanReason) bool {
 	return slices.ContainsFunc(rs, rescanReason.recheck)
+}
+
+// Run rescans every interval, whenever signal receives (SIGHUP), and
+// whenever a scan is asked for (askRescan, the health checks), until ctx
+// ends. It is the one goroutine that scans once the plugin serves: the
+// inventory and health have one writer. Each scan
+// checks again for another owner of the EFAs unless a uevent alone asked
+// for it.
+func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var lastErr string
+	for {
+		var reasons []rescanReason
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			reasons = append(p.rescans.take(), rescanInterval)
+		case <-signal:
+			reasons = append(p.rescans.take(), rescanSignal)
+		case <-p.rescans.next():
+			p.rescans.due()
+			continue
+		case <-p.rescans.ready:
+			reasons = p.rescans.take()
+			if len(reasons) == 0 {
+				p.rescans.served()
+				continue
+			}
+		}
+		logger.V(2).Info("Rescanning", "reasons", reasons)
+		if anyRecheck(reasons) {
+			p.Recheck(ctx)
+		}
+		// Publish logs what it changed; a scan's errors are logged here
+		// when they change, not again at every scan.
+		_, err := p.Rescan(ctx)
+		p.rescans.served()
+		switch {
+		case err != nil && err.Error() != lastErr:
+			logger.Error(err, "Rescan failed")
+		case err == nil && lastErr != "":
+			logger.Info("Rescan errors are gone")
+		}
+		lastErr = ""
+		if err != nil {
+			lastErr = err.Error()
+		}
+	}
 }
