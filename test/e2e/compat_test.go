@@ -256,7 +256,7 @@ func TestPluginOn134(t *testing.T) {
 		require.ErrorAs(t, err, &exit, "the plugin must exit with an error; log:\n%s", out)
 		// klog quotes the error, so its own quotes come escaped.
 		assert.Contains(t, string(out), `group mode \"mixed\" needs DRAPartitionableDevices: run with --groups=none or exclusive`)
-		assert.Contains(t, string(out), `"plugin stopped"`)
+		assert.Contains(t, string(out), `"Plugin stopped"`)
 		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + name})
 		require.NoError(t, err)
 		assert.Empty(t, l.Items, "the slices stored without their counters are withdrawn before the plugin stops")

@@ -133,7 +133,7 @@ func TestPluginMemory(t *testing.T) {
 
 	released := func() bool {
 		b, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
-		return strings.Contains(string(b), "gave start-up pages back to the kernel")
+		return strings.Contains(string(b), "Gave start-up pages back to the kernel")
 	}
 	if !assert.Eventually(t, released, 30*time.Second, 200*time.Millisecond, "the plugin gives its start-up pages back after its first rescan; log:\n%s", n.log()) {
 		t.Log("measuring without it")

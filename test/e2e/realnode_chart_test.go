@@ -218,7 +218,7 @@ affinity:
 	n.deletePod(t, "via-chart-env")
 	logs, err := c.client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	require.NoError(t, err)
-	assert.Contains(t, string(logs), `"prepared"`, "the plugin pod prepared the claim")
+	assert.Contains(t, string(logs), `"Prepared claim"`, "the plugin pod prepared the claim")
 	_, err = os.Stat(filepath.Join(pluginsDir, "dra.net", "checkpoint.json"))
 	assert.NoError(t, err, "the checkpoint, in the driver's directory on the host")
 

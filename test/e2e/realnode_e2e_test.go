@@ -327,7 +327,7 @@ func TestRealNodeP5(t *testing.T) {
 		t.Logf("the pod ran again %s after the reboot began", time.Since(start).Round(time.Millisecond))
 		assert.Equal(t, got.Nodes, again.Nodes, "the same EFA after the reboot")
 		n.check(t, again, nodes, claimsOf(claims), nil)
-		assert.Contains(t, n.logTail("efakit-plugin", 1<<20), "dropped claims prepared before the node rebooted")
+		assert.Contains(t, n.logTail("efakit-plugin", 1<<20), "Dropped claims prepared before the node rebooted")
 		n.deletePod(t, "rebooted")
 	})
 	t.Run("fault/unhealthy-efa", func(t *testing.T) {
