@@ -8,13 +8,12 @@ import (
 
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/podresources"
-	"github.com/efakit/efakit/driver/resources"
 )
 
 // callReads are what a prepare call reads outside the plugin's lock,
 // before it decides under it: the API server's answer on each prepared
 // claim holding an EFA the call asks for (the forced-delete handover, see
-// released), and the kubelet's pods (the libfabric environment's check,
+// readClaim), and the kubelet's pods (the libfabric environment's check,
 // and the pods a refusal names). A prepare thus makes no API or kubelet
 // call while it holds the lock that the scans, the health checks and the
 // other kubelet calls wait for.
@@ -28,8 +27,10 @@ import (
 // holding its EFAs: the prepare is refused and the kubelet's retry reads
 // again.
 type callReads struct {
-	released map[string]bool // by prepared claim UID: its EFAs are free in the API
-	listed   bool            // the kubelet was asked
+	// released: by prepared claim UID, whether the claim no longer holds
+	// its EFAs in the API (readClaim); a holder not read holds them.
+	released map[string]bool
+	listed   bool // the kubelet was asked
 	pods     []podresources.Pod
 	podsErr  error
 }
@@ -38,13 +39,9 @@ type callReads struct {
 // claims holding an EFA (or a device number) that a claim of the call not
 // prepared yet asks for, and whether the kubelet's pods are needed (a
 // holder to name, or the libfabric environment anywhere).
-func (p *Plugin) toRead(claims []*resourceapi.ResourceClaim) (holders []checkpoint.Claim, pods bool) {
+func (p *Plugin) toRead(claims []*resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (holders []checkpoint.Claim, pods bool) {
 	held := p.held("")
 	seen := map[string]bool{}
-	call := make(map[string]*resourceapi.ResourceClaim, len(claims))
-	for _, c := range claims {
-		call[c.Namespace+"/"+c.Name] = c
-	}
 	for _, c := range claims {
 		if _, ok := p.claims.state.Claims[string(c.UID)]; ok {
 			continue
@@ -65,13 +62,8 @@ func (p *Plugin) toRead(claims []*resourceapi.ResourceClaim) (holders []checkpoi
 				}
 			}
 		}
-		if p.envElsewhere(c, call) {
+		if _, check, err := p.envInPlay(c, call); err == nil && check {
 			pods = true
-		}
-		if envs, err := requestEnvs(c.Status.Allocation, p.cfg.Driver(), p.requestRefs(c)); err == nil {
-			for _, mode := range envs {
-				pods = pods || mode == resources.EnvLibfabric
-			}
 		}
 	}
 	return holders, p.pods != nil && (pods || len(holders) > 0)

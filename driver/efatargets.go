@@ -9,7 +9,7 @@ import (
 // efaTargets lists the published EFAs with the claim each is prepared for
 // (the group's claim for a member of a prepared group device). While the
 // kubelet has yet to unprepare a claim whose EFA was handed on to another
-// (see released), the EFA carries the claim of lower UID: one series per
+// (see readClaim), the EFA carries the claim of lower UID: one series per
 // EFA, so sums over claims or nodes count its traffic once.
 func (p *Plugin) efaTargets() []metrics.Target {
 	p.mu.Lock()

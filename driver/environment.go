@@ -37,18 +37,9 @@ import (
 // whichever of the two is prepared second. With no libfabric environment
 // anywhere, the kubelet is not asked.
 func (p *Plugin) environment(c *resourceapi.ResourceClaim, claim checkpoint.Claim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (map[string][]string, error) {
-	envs, err := requestEnvs(c.Status.Allocation, p.cfg.Driver(), p.requestRefs(c))
-	if err != nil {
+	on, check, err := p.envInPlay(c, call)
+	if err != nil || !check {
 		return nil, err
-	}
-	on := map[string]bool{}
-	for ref, mode := range envs {
-		if mode == resources.EnvLibfabric {
-			on[baseRequest(ref)] = true
-		}
-	}
-	if len(on) == 0 && !p.envElsewhere(c, call) {
-		return nil, nil
 	}
 	if err := p.checkContainers(c, len(on) > 0, call, rd); err != nil {
 		return nil, err
@@ -62,6 +53,23 @@ func (p *Plugin) environment(c *resourceapi.ResourceClaim, claim checkpoint.Clai
 		out[base] = []string{cdi.EnvProvider + "=efa", cdi.EnvIface + "=" + cdi.Iface(reqs[base].Devices)}
 	}
 	return out, nil
+}
+
+// envInPlay says which requests of the claim set the libfabric
+// environment (by base request) and whether the containers must be
+// checked: the claim sets it, or another claim does (envElsewhere).
+func (p *Plugin) envInPlay(c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (on map[string]bool, check bool, err error) {
+	envs, err := requestEnvs(c.Status.Allocation, p.cfg.Driver(), p.requestRefs(c))
+	if err != nil {
+		return nil, false, err
+	}
+	on = map[string]bool{}
+	for ref, mode := range envs {
+		if mode == resources.EnvLibfabric {
+			on[baseRequest(ref)] = true
+		}
+	}
+	return on, len(on) > 0 || p.envElsewhere(c, call), nil
 }
 
 // envElsewhere reports whether a prepared claim, or another claim of this

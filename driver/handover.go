@@ -40,8 +40,8 @@ func (p *Plugin) held(except string) map[string]string {
 	return out
 }
 
-// released tells whether a claim that is still prepared here no longer
-// holds its EFAs in the API: the claim is gone (or is another claim of the
+// readClaim reads a prepared claim in the API and tells whether, though
+// still prepared here, it no longer holds its EFAs there: the claim is gone (or is another claim of the
 // same name), or is no longer allocated any of the devices it was prepared
 // with. That happens when its pod was deleted without waiting for the
 // kubelet (grace period 0, or --force): the claim controller frees the
@@ -50,15 +50,8 @@ func (p *Plugin) held(except string) map[string]string {
 // Kubernetes treats such EFAs as free, so efakit does too, and says so;
 // the old claim's record and spec stay until the kubelet unprepares it.
 // Without an API client, or when the API cannot tell, the claim holds its
-// EFAs (the prepare is refused, and the kubelet retries). The API is read
-// before the call takes the lock (readClaim); a holder the call did not
-// read holds its EFAs.
-func (p *Plugin) released(uid string, rd *callReads) bool {
-	return rd.released[uid]
-}
-
-// readClaim reads a prepared claim in the API (without the plugin's lock)
-// and says whether it released its EFAs (see released).
+// EFAs (the prepare is refused, and the kubelet retries). It runs before
+// the call takes the plugin's lock (callReads).
 func (p *Plugin) readClaim(ctx context.Context, prev checkpoint.Claim) bool {
 	if p.kube == nil {
 		return false

@@ -68,7 +68,7 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 	}
 	klog.FromContext(ctx).Error(err, msg)
 	p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", msg+": "+err.Error())
-	if !errors.Is(err, kubeletplugin.ErrRecoverable) && p.ops.stop != nil {
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) {
 		p.ops.stop(fmt.Errorf("%s: %w", msg, err))
 	}
 }
@@ -88,14 +88,9 @@ func (p *Plugin) withdrawAndStop(ctx context.Context, err error) {
 	pub := p.publishing.to
 	p.publishing.to = nil // publish nothing more
 	p.mu.Unlock()
-	stop := func() {
-		if p.ops.stop != nil {
-			p.ops.stop(err)
-		}
-	}
 	w, ok := pub.(withdrawer)
 	if !ok {
-		stop()
+		p.ops.stop(err)
 		return
 	}
 	p.ops.spawn(func() {
@@ -104,7 +99,7 @@ func (p *Plugin) withdrawAndStop(ctx context.Context, err error) {
 		if werr := w.Withdraw(wctx); werr != nil {
 			klog.FromContext(ctx).Error(werr, "Withdrawing the slices before stopping failed")
 		}
-		stop()
+		p.ops.stop(err)
 	})
 }
 

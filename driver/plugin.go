@@ -75,8 +75,8 @@ type operations struct {
 	// events records health changes, standing aside and failed publishes
 	// as Events on the Node; nil records nothing.
 	events *events.Recorder
-	// stop is called on a fatal background error (HandleError); nil for
-	// none.
+	// stop is called on a fatal background error (HandleError); it does
+	// nothing when the options gave none.
 	stop func(err error)
 	// precheck runs before each periodic scan and says why the plugin must
 	// publish and prepare nothing (an empty Verdict when it may), or an
@@ -227,6 +227,9 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	}
 	if p.ops.spawn == nil {
 		p.ops.spawn = func(f func()) { go f() }
+	}
+	if p.ops.stop == nil {
+		p.ops.stop = func(error) {}
 	}
 	p.ops.efa = metrics.NewEFA(o.SysfsRoot, p.efaTargets)
 	p.ops.metrics.Registry.MustRegister(p.ops.efa)

@@ -98,20 +98,22 @@ func (p *Plugin) commit(b *batch) error {
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	waited := p.ops.metrics.Waited("prepare", ctx)
-	// What the decisions need from the API server and the kubelet is read
-	// first, without the lock (see callReads).
-	p.mu.Lock()
-	p.reloadState(ctx)
-	holders, pods := p.toRead(claims)
-	p.mu.Unlock()
-	rd := p.read(ctx, holders, pods)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.reloadState(ctx)
 	call := make(map[string]*resourceapi.ResourceClaim, len(claims))
 	for _, c := range claims {
 		call[c.Namespace+"/"+c.Name] = c
 	}
+	// What the decisions need from the API server and the kubelet is read
+	// first, without the lock (see callReads). The checkpoint is read once:
+	// the helper serializes the kubelet's calls across both pods of a
+	// rolling update, so no other prepare or unprepare changes it before
+	// the decisions.
+	p.mu.Lock()
+	p.reloadState(ctx)
+	holders, pods := p.toRead(claims, call)
+	p.mu.Unlock()
+	rd := p.read(ctx, holders, pods)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	b := p.begin()
 	took := make([]time.Duration, len(claims))
@@ -214,10 +216,10 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 		// The last line of defense against two workloads on one EFA: the
 		// EFA itself, and the character device a container would open
 		// (after a module reload the same number may name another EFA).
-		if other, ok := held["pci:"+inv.PCIAddress]; ok && !p.released(other, rd) {
+		if other, ok := held["pci:"+inv.PCIAddress]; ok && !rd.released[other] {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, p.describeClaim(other, rd))
 		}
-		if other, ok := held["dev:"+num]; ok && !p.released(other, rd) {
+		if other, ok := held["dev:"+num]; ok && !rd.released[other] {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, p.describeClaim(other, rd))
 		}
 		held["pci:"+inv.PCIAddress], held["dev:"+num] = uid, uid
