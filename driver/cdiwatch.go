@@ -148,7 +148,7 @@ func (p *Plugin) RepairSpecs(ctx context.Context) error {
 // that were renumbered.
 func (p *Plugin) repair(ctx context.Context) ([]claimRenumbered, error) {
 	if p.claims.dataDir != "" {
-		unlock, err := lockDataDir(p.claims.dataDir)
+		unlock, err := lockDataDir(ctx, p.claims.dataDir)
 		if err != nil {
 			return nil, err
 		}

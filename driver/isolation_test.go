@@ -227,11 +227,13 @@ func TestUnprepareSavesFirst(t *testing.T) {
 
 // TestRestoreWaitsForLock: restoring takes the lock file the kubelet
 // plugin helper holds around prepare and unprepare in a rolling update, so
-// it never runs beside the other plugin pod's calls.
+// it never runs beside the other plugin pod's calls, and says that it waits
+// and for how long.
 func TestRestoreWaitsForLock(t *testing.T) {
 	t.Parallel()
+	ctx, logged := testLogger(t)
 	d := dirs{cdi: t.TempDir(), data: t.TempDir()}
-	unlock, err := driver.LockDataDir(d.data)
+	unlock, err := driver.LockDataDir(ctx, d.data)
 	require.NoError(t, err)
 	root, err := sysfs.OpenCapture(p5)
 	require.NoError(t, err)
@@ -242,7 +244,7 @@ func TestRestoreWaitsForLock(t *testing.T) {
 		if err != nil {
 			return
 		}
-		_, _ = driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
+		_, _ = driver.NewPlugin(ctx, driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
 			Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data})
 	}()
 	select {
@@ -250,8 +252,15 @@ func TestRestoreWaitsForLock(t *testing.T) {
 		t.Fatal("restore ran while the lock was held")
 	case <-time.After(300 * time.Millisecond):
 	}
+	waiting := entries(logged(), "Waiting for the data directory's lock (a prepare or unprepare of another plugin pod holds it)")
+	require.Len(t, waiting, 1, "a start that waits says so")
+	assert.Equal(t, filepath.Join(d.data, "serialize.lock"), kv(waiting[0])["path"])
+	unlockAt := time.Now()
 	unlock()
 	<-done
+	took := entries(logged(), "Took the data directory's lock")
+	require.Len(t, took, 1)
+	assert.GreaterOrEqual(t, kv(took[0])["waited"], unlockAt.Sub(waiting[0].Timestamp), "the wait lasted until the lock was free")
 }
 
 // TestNewerCheckpointRefused: a checkpoint written by a newer efakit (a

@@ -234,7 +234,7 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	p.ops.efa = metrics.NewEFA(o.SysfsRoot, p.efaTargets)
 	p.ops.metrics.Registry.MustRegister(p.ops.efa)
 	if o.DataDir != "" {
-		unlock, err := lockDataDir(o.DataDir)
+		unlock, err := lockDataDir(ctx, o.DataDir)
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"k8s.io/dynamic-resource-allocation/api/metadata"
@@ -21,13 +22,25 @@ import (
 
 // lockDataDir takes the helper's lock, so that restoring never runs
 // beside a prepare or unprepare of the plugin pod that is being replaced.
-func lockDataDir(dir string) (func(), error) {
+// The lock is held only around one call, so the wait is short; when it is
+// not free at once, the plugin says whose lock it waits for, so a start
+// that waits is never silent.
+func lockDataDir(ctx context.Context, dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	f, err := fileutil.LockFile(filepath.Join(dir, lockFileName), os.O_RDWR|os.O_CREATE, 0o666)
+	path := filepath.Join(dir, lockFileName)
+	f, err := fileutil.TryLockFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if errors.Is(err, fileutil.ErrLocked) {
+		start := time.Now()
+		klog.FromContext(ctx).Info("Waiting for the data directory's lock (a prepare or unprepare of another plugin pod holds it)", "path", path)
+		f, err = fileutil.LockFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+		if err == nil {
+			klog.FromContext(ctx).Info("Took the data directory's lock", "path", path, "waited", time.Since(start))
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", filepath.Join(dir, lockFileName), err)
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return func() { _ = f.Close() }, nil
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -102,16 +103,88 @@ func (n *realNode) startEFAKit(fixture string, values ...string) {
 	args = append(args, "--kubeconfig="+filepath.Join(n.c.dir, "admin.kubeconfig"), "--proc="+filepath.Join(n.dir, "proc"))
 	// In the node's mount namespace, as the DaemonSet's pod sees the
 	// kubelet's and the runtime's mounts (a CDI directory of its own).
-	cmd := n.inNamespace("efakit-plugin", append([]string{bin}, args...)...)
-	// As the DaemonSet's environment sets them.
-	cmd.Env = append(os.Environ(), "NODE_NAME="+n.name, "POD_UID="+string(types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", time.Now().UnixNano()%1e12))))
-	fmt.Fprintf(cmd.Stdout.(*os.File), "=== efakit-plugin %s\n", strings.Join(args, " "))
-	require.NoError(t, cmd.Start())
-	n.procs["efakit-plugin"] = cmd
 	n.pluginHTTP = fmt.Sprintf("http://127.0.0.1:%d", port)
-	// Registered by the real kubelet: its readiness says so.
-	require.Eventually(t, func() bool { return httpOK(n.pluginHTTP + "/readyz") }, 60*time.Second, 100*time.Millisecond,
-		"efakit-plugin ready (registered with the kubelet); log:\n%s", n.logTail("efakit-plugin", 3000))
+	for try := 1; ; try++ {
+		cmd := n.inNamespace("efakit-plugin", append([]string{bin}, args...)...)
+		// As the DaemonSet's environment sets them.
+		cmd.Env = append(os.Environ(), "NODE_NAME="+n.name, "POD_UID="+string(types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", time.Now().UnixNano()%1e12))))
+		fmt.Fprintf(cmd.Stdout.(*os.File), "%s%s\n", pluginHeader, strings.Join(args, " "))
+		require.NoError(t, cmd.Start())
+		n.procs["efakit-plugin"] = cmd
+		// Registered by the real kubelet: its readiness says so.
+		if assert.Eventually(t, func() bool { return httpOK(n.pluginHTTP + "/readyz") }, 60*time.Second, 100*time.Millisecond,
+			"efakit-plugin ready (registered with the kubelet)") {
+			return
+		}
+		report := n.procReport("efakit-plugin")
+		log := n.pluginLog()
+		// A program that never wrote a line (its first is "Starting") and
+		// is not the plugin, or is gone: nsenter did not get to run it.
+		// That is this harness, not the plugin: said, and tried once more.
+		if try == 1 && log == "" && !strings.Contains(report, "\nstacks:") {
+			t.Logf("efakit-plugin never ran; starting it again:\n%s", report)
+			n.stopProc("efakit-plugin", syscall.SIGKILL, 10*time.Second)
+			continue
+		}
+		t.Fatalf("efakit-plugin not ready:\n%s\nlog since it started:\n%s", report, lastBytes(log, 60000))
+	}
+}
+
+// pluginHeader starts the line the node writes in the plugin's log before
+// each start.
+const pluginHeader = "=== efakit-plugin "
+
+// pluginLog is what the plugin wrote since its last start.
+func (n *realNode) pluginLog() string {
+	log := n.logTail("efakit-plugin", 1<<22)
+	if i := strings.LastIndex(log, pluginHeader); i >= 0 {
+		log = log[i:]
+		if j := strings.IndexByte(log, '\n'); j >= 0 {
+			return log[j+1:]
+		}
+		return ""
+	}
+	return log
+}
+
+func lastBytes(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// procReport says what a process of the node is doing, for a test that
+// waited on it in vain: the program it runs (nsenter had not run it yet?),
+// its state, where the kernel holds it, and, for a Go program, every
+// goroutine's stack (SIGQUIT makes it print them to its log and exit).
+func (n *realNode) procReport(name string) string {
+	cmd := n.procs[name]
+	if cmd == nil || cmd.Process == nil {
+		return name + ": not started"
+	}
+	pid := cmd.Process.Pid
+	read := func(f string) string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+		if err != nil {
+			return err.Error()
+		}
+		return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pid %d: %s\n", pid, read("cmdline"))
+	status := read("status")
+	for _, l := range strings.Split(status, "\n") {
+		if strings.HasPrefix(l, "State:") || strings.HasPrefix(l, "Threads:") || strings.HasPrefix(l, "VmRSS:") {
+			fmt.Fprintln(&b, l)
+		}
+	}
+	fmt.Fprintf(&b, "wchan: %s\nkernel stack:\n%s\n", read("wchan"), read("stack"))
+	if strings.Contains(read("cmdline"), "efakit-plugin") && cmd.Process.Signal(syscall.SIGQUIT) == nil {
+		time.Sleep(3 * time.Second) // the runtime prints the stacks, then exits
+		b.WriteString("\nstacks: sent SIGQUIT; the goroutines' stacks are in the log\n")
+	}
+	return b.String()
 }
 
 // unpack writes a fixture capture out as a directory tree under the
