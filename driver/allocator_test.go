@@ -16,11 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/internal/allocfeatures"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -191,11 +191,11 @@ func allocate(t *testing.T, fixture string, efaClass *resourceapi.DeviceClass, c
 		cls[c.Name] = c
 	}
 	ctx := context.Background()
-	alloc, err := structured.NewAllocator(ctx, structured.Features{}, structured.AllocatedState{
+	alloc, err := structured.NewAllocator(ctx, allocfeatures.Scheduler137(), structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}, cls, slices, cel.NewCache(10, cel.Features{}))
+	}, cls, slices, allocfeatures.Cache())
 	require.NoError(t, err)
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	results, err := alloc.Allocate(ctx, n, []*resourceapi.ResourceClaim{claim.DeepCopy()})

@@ -9,10 +9,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/internal/allocfeatures"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -67,8 +67,8 @@ func BenchmarkSchedulingCost(b *testing.B) {
 				if claim == nil {
 					b.Fatal("no template")
 				}
-				features := structured.Features{PartitionableDevices: mode == resources.GroupsMixed}
-				cache := cel.NewCache(10, cel.Features{})
+				features := allocfeatures.Scheduler137()
+				cache := allocfeatures.Cache()
 				ctx := context.Background()
 				b.ReportAllocs()
 				b.ResetTimer()

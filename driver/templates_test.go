@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/internal/allocfeatures"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -47,7 +47,7 @@ func newCluster(t *testing.T, path string, mode resources.GroupMode) *cluster {
 	res, err := resources.Build(topo, cfg)
 	require.NoError(t, err)
 	c := &cluster{t: t, topo: topo, classes: classes{}, allocated: sets.New[structured.DeviceID](), published: map[string]resourceapi.Device{},
-		features: structured.Features{PartitionableDevices: mode == resources.GroupsMixed}}
+		features: allocfeatures.Scheduler137()}
 	c.slices = resources.Slices(res, cfg)
 	for i, s := range c.slices {
 		s.Name = fmt.Sprintf("%sslice%d", s.GenerateName, i)
@@ -72,7 +72,7 @@ func (c *cluster) allocate(claims ...*resourceapi.ResourceClaim) ([]resourceapi.
 		AllocatedDevices:         c.allocated,
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}, c.classes, c.slices, cel.NewCache(10, cel.Features{}))
+	}, c.classes, c.slices, allocfeatures.Cache())
 	require.NoError(c.t, err)
 	res, err := alloc.Allocate(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, claims)
 	if err != nil || res == nil {

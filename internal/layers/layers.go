@@ -45,6 +45,7 @@ var Allowed = map[string][]string{
 	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources", "driver/uevents"},
 
 	// Tools and test support.
+	"internal/allocfeatures":    nil,
 	"internal/atomicfile":       nil,
 	"internal/fakesys":          {"pcie", "sysfs"},
 	"internal/fixturegen":       {"internal/fakesys", "sysfs"},
