@@ -33,6 +33,8 @@ type controlPlane struct {
 	config *rest.Config
 	client kubernetes.Interface
 	procs  []*exec.Cmd
+	// scheduler is kube-scheduler's secure address once it runs.
+	scheduler string
 }
 
 const adminToken = "efakit-e2e-admin-token"

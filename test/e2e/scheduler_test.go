@@ -51,7 +51,7 @@ func (c *controlPlane) startSchedulerOnce() error {
 // startControllerManager runs kube-controller-manager with the resource
 // claim controller, which turns a pod's ResourceClaimTemplate into its
 // ResourceClaim.
-func (c *controlPlane) startControllerManager() error {
+func (c *controlPlane) startControllerManager(extra ...string) error {
 	bins, err := binDir()
 	if err != nil {
 		return err
@@ -74,11 +74,12 @@ func (c *controlPlane) startControllerManager() error {
 	if q, b, ok := strings.Cut(os.Getenv("EFAKIT_E2E_KCM_RATE"), "/"); ok {
 		args = append(args, "--kube-api-qps", q, "--kube-api-burst", b)
 	}
-	return c.start(filepath.Join(bins, "kube-controller-manager"), args...)
+	return c.start(filepath.Join(bins, "kube-controller-manager"), append(args, extra...)...)
 }
 
-// startScheduler runs the real kube-scheduler against the control plane.
-func (c *controlPlane) startScheduler() error {
+// startScheduler runs the real kube-scheduler against the control plane,
+// with more flags where given; c.scheduler is its secure address.
+func (c *controlPlane) startScheduler(extra ...string) error {
 	bins, err := binDir()
 	if err != nil {
 		return err
@@ -91,8 +92,9 @@ func (c *controlPlane) startScheduler() error {
 	if err != nil {
 		return err
 	}
-	return c.start(filepath.Join(bins, "kube-scheduler"), "--kubeconfig", kubeconfig, "--leader-elect=false",
-		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port))
+	c.scheduler = fmt.Sprintf("https://127.0.0.1:%d", port)
+	return c.start(filepath.Join(bins, "kube-scheduler"), append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port)}, extra...)...)
 }
 
 func createIgnoreExists(err error) error {

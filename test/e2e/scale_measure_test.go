@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// What the fleet harness reads of the control plane: the processes' CPU
+// time and memory from /proc, the scheduler's metrics and profile from
+// its secure port (the admin token authorises them), etcd's size from its
+// metrics.
+
+func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
+
+// proc is the control plane's process of a binary.
+func (c *controlPlane) proc(name string) *exec.Cmd {
+	for _, p := range c.procs {
+		if filepath.Base(p.Path) == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// procCPU is a process's user and system time so far (proc(5) stat,
+// fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func procCPU(t *testing.T, p *exec.Cmd) time.Duration {
+	t.Helper()
+	require.NotNil(t, p)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+	require.NoError(t, err)
+	// The command name, in parentheses, may hold spaces: count from its end.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	require.NoError(t, err1)
+	require.NoError(t, err2)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// procRSS is a process's resident memory (proc(5) status, VmRSS).
+func procRSS(t *testing.T, p *exec.Cmd) int64 {
+	t.Helper()
+	require.NotNil(t, p)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Process.Pid))
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", p.Process.Pid)
+	return 0
+}
+
+// secureClient reaches the control plane's components on loopback with
+// the admin token.
+var secureClient = &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
+func getWithToken(url string) (*http.Response, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := secureClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return resp, nil
+}
+
+// scraper reads a component's /metrics.
+type scraper struct{ url string }
+
+func newScraper(c *controlPlane, name string) *scraper {
+	switch name {
+	case "kube-scheduler":
+		return &scraper{url: c.scheduler + "/metrics"}
+	case "etcd":
+		return &scraper{url: c.etcd + "/metrics"}
+	}
+	return &scraper{url: c.url + "/metrics"}
+}
+
+// metricsSnapshot is every sample by metric name.
+type metricsSnapshot map[string][]sample
+
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+func (s *scraper) scrape() (metricsSnapshot, error) {
+	var resp *http.Response
+	var err error
+	if strings.HasPrefix(s.url, "https:") {
+		resp, err = getWithToken(s.url)
+	} else {
+		resp, err = http.Get(s.url)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := metricsSnapshot{}
+	for name, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				h := m.GetHistogram()
+				out[name+"_sum"] = append(out[name+"_sum"], sample{labels, h.GetSampleSum()})
+				out[name+"_count"] = append(out[name+"_count"], sample{labels, float64(h.GetSampleCount())})
+			case m.GetCounter() != nil:
+				out[name] = append(out[name], sample{labels, m.GetCounter().GetValue()})
+			case m.GetGauge() != nil:
+				out[name] = append(out[name], sample{labels, m.GetGauge().GetValue()})
+			case m.GetUntyped() != nil:
+				out[name] = append(out[name], sample{labels, m.GetUntyped().GetValue()})
+			}
+		}
+	}
+	return out, nil
+}
+
+// value sums the samples of a metric whose labels include match.
+func (m metricsSnapshot) value(name string, match map[string]string) float64 {
+	sum := 0.0
+	for _, s := range m[name] {
+		ok := true
+		for k, v := range match {
+			ok = ok && s.labels[k] == v
+		}
+		if ok {
+			sum += s.value
+		}
+	}
+	return sum
+}
+
+// etcdInUse is the part of etcd's database in use
+// (etcd_mvcc_db_total_size_in_use_in_bytes).
+func etcdInUse(t *testing.T, c *controlPlane) int64 {
+	t.Helper()
+	m, err := newScraper(c, "etcd").scrape()
+	require.NoError(t, err)
+	return int64(m.value("etcd_mvcc_db_total_size_in_use_in_bytes", nil))
+}
+
+// profileScheduler takes a CPU profile of kube-scheduler (its
+// /debug/pprof, on by default) from now until the returned function is
+// called, into dir/name.pprof; nothing when dir is "".
+func profileScheduler(t *testing.T, c *controlPlane, dir, name string) func() {
+	if dir == "" {
+		return func() {}
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	start := time.Now()
+	done := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(done)
+		// In parts of ten seconds, until the burst ends.
+		part := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			resp, err := getWithToken(c.scheduler + "/debug/pprof/profile?seconds=10")
+			if err != nil {
+				t.Logf("profile of the scheduler: %v", err)
+				return
+			}
+			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%02d.pprof", name, part)))
+			if err == nil {
+				_, _ = io.Copy(f, resp.Body)
+				f.Close()
+			}
+			resp.Body.Close()
+			part++
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+		t.Logf("scheduler profiles of %s in %s (%s; merge with go tool pprof -proto %s/%s-*.pprof)", name, dir, time.Since(start).Round(time.Second), dir, name)
+	}
+}

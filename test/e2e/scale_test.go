@@ -1,0 +1,724 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// The fleet harness: the real kube-apiserver, kube-scheduler and
+// kube-controller-manager (test/e2e/k8s), plain Node objects without a
+// kubelet (as kube-scheduler's scheduler_perf runs them), each with the
+// slices a shape (scale_shapes_test.go) publishes for it, and bursts of
+// pods with the shape's claims, then churn. Each shape runs on a control
+// plane of its own, started for it, so that its memory and etcd size are
+// its own; the shapes take turns, in an order that rotates every round,
+// so that a machine's drift falls on all of them alike.
+//
+// TestScaleSmoke runs in make test; TestScale runs what the environment
+// asks (make scale):
+//
+//	EFAKIT_SCALE_NODES   node counts, comma-separated (500,2000,5000)
+//	EFAKIT_SCALE_ROUNDS  rounds of every shape (3)
+//	EFAKIT_SCALE_PODS    pods in one burst (500)
+//	EFAKIT_SCALE_MIX     fleet mix by instance type and weight (p5.48xlarge=1)
+//	EFAKIT_SCALE_SHAPES  shapes (efakit,efakit-mixed,dranet,upstream,plain)
+//	EFAKIT_SCALE_CHURN   after the burst: duration@pods-per-second (60s@5; 0 for none)
+//	EFAKIT_SCALE_SCHEDULER_RATE  kube-scheduler's client QPS/burst (its default, 50/100, when unset)
+//	EFAKIT_SCALE_PPROF   a directory: a CPU profile of the scheduler in each burst
+//	EFAKIT_SCALE_OUT     a file: every run's figures as JSON lines
+type scaleSettings struct {
+	nodes     []int
+	rounds    int
+	pods      int
+	mix       fleetMix
+	shapes    []*shape
+	churn     time.Duration
+	churnRate float64
+	schedArgs []string
+	pprof     string
+	out       string
+}
+
+func scaleSettingsFromEnv(t *testing.T, def scaleSettings, defMix, defShapes string) scaleSettings {
+	t.Helper()
+	s := def
+	env := func(k string) (string, bool) { v := os.Getenv(k); return v, v != "" }
+	if v, ok := env("EFAKIT_SCALE_NODES"); ok {
+		s.nodes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(t, err, "EFAKIT_SCALE_NODES")
+			s.nodes = append(s.nodes, n)
+		}
+	}
+	for k, p := range map[string]*int{"EFAKIT_SCALE_ROUNDS": &s.rounds, "EFAKIT_SCALE_PODS": &s.pods} {
+		if v, ok := env(k); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err, k)
+			*p = n
+		}
+	}
+	mix := defMix
+	if v, ok := env("EFAKIT_SCALE_MIX"); ok {
+		mix = v
+	}
+	var err error
+	s.mix, err = parseMix(mix)
+	require.NoError(t, err)
+	shapes := defShapes
+	if v, ok := env("EFAKIT_SCALE_SHAPES"); ok {
+		shapes = v
+	}
+	s.shapes = nil
+	for _, name := range strings.Split(shapes, ",") {
+		sh, err := shapeByName(strings.TrimSpace(name))
+		require.NoError(t, err)
+		s.shapes = append(s.shapes, sh)
+	}
+	if v, ok := env("EFAKIT_SCALE_CHURN"); ok {
+		s.churn, s.churnRate = 0, 0
+		if v != "0" {
+			d, r, ok := strings.Cut(v, "@")
+			require.True(t, ok, "EFAKIT_SCALE_CHURN is duration@rate")
+			s.churn, err = time.ParseDuration(d)
+			require.NoError(t, err)
+			s.churnRate, err = strconv.ParseFloat(r, 64)
+			require.NoError(t, err)
+		}
+	}
+	if v, ok := env("EFAKIT_SCALE_SCHEDULER_RATE"); ok {
+		q, b, ok := strings.Cut(v, "/")
+		require.True(t, ok, "EFAKIT_SCALE_SCHEDULER_RATE is QPS/burst")
+		s.schedArgs = []string{"--kube-api-qps", q, "--kube-api-burst", b}
+	}
+	s.pprof, _ = env("EFAKIT_SCALE_PPROF")
+	s.out, _ = env("EFAKIT_SCALE_OUT")
+	return s
+}
+
+// TestScaleSmoke is the harness at a size make test affords: every shape
+// once on 12 nodes of a mixed fleet, a burst and a few seconds of churn.
+// It checks what the harness measures can be trusted: every pod bound,
+// every claim allocated as its constraint says (the devices that share
+// the attribute it names, as the slices published them), and the figures
+// read (CPU, memory, etcd, the scheduler's metrics).
+func TestScaleSmoke(t *testing.T) {
+	if os.Getenv("EFAKIT_SCALE_NODES") != "" {
+		t.Skip("TestScale runs the sizes asked for")
+	}
+	// Not in make test yet: its wait for the scheduler to list the nodes
+	// (scheduler_cache_size) read 0 on the first runs, and the harness
+	// has not run to its end (issue 23).
+	if os.Getenv("EFAKIT_SCALE_SMOKE") == "" {
+		t.Skip("set EFAKIT_SCALE_SMOKE=1: the harness is work in progress")
+	}
+	s := scaleSettingsFromEnv(t, scaleSettings{nodes: []int{12}, rounds: 1, pods: 24, churn: 3 * time.Second, churnRate: 4},
+		"p5.48xlarge=1,p5en.48xlarge=1,p6-b200.48xlarge=1,trn2.48xlarge=1", "efakit,efakit-mixed,dranet,upstream,plain")
+	results := runScale(t, s, true)
+	require.Len(t, results, len(s.shapes))
+	for _, r := range results {
+		assert.Equal(t, s.pods, r.Bound, "%s: every pod of the burst bound", r.Shape)
+		assert.Positive(t, r.SchedulerCPUms, "%s: the scheduler's CPU read", r.Shape)
+		assert.Positive(t, r.APIServerRSS, "%s: the API server's memory read", r.Shape)
+		assert.Positive(t, r.EtcdBytes, "%s: etcd's size read", r.Shape)
+		assert.Positive(t, r.ChurnPods, "%s: churn ran", r.Shape)
+		if r.Shape != "plain" {
+			assert.Positive(t, r.SliceBytesPerNode, "%s: slices published", r.Shape)
+		}
+	}
+}
+
+// TestScale is make scale: the sizes, rounds and shapes of the
+// environment, with a table of each size's figures and ratios.
+func TestScale(t *testing.T) {
+	if os.Getenv("EFAKIT_SCALE_NODES") == "" {
+		t.Skip("set EFAKIT_SCALE_NODES (make scale)")
+	}
+	s := scaleSettingsFromEnv(t, scaleSettings{rounds: 3, pods: 500, churn: 60 * time.Second, churnRate: 5},
+		"p5.48xlarge=1", "efakit,efakit-mixed,dranet,upstream,plain")
+	runScale(t, s, false)
+}
+
+// scaleResult is one shape's run at one size.
+type scaleResult struct {
+	Shape, Mix         string
+	Nodes, Round       int
+	Pods, Bound        int
+	PodsPerSecond      float64
+	P50, P99           float64 // creation to binding, seconds
+	SchedulerCPUms     float64 // per pod bound
+	FilterPerNodeUs    float64 // DynamicResources Filter per node, mean of the sampled cycles; NaN when none
+	FilterSamples      float64
+	APIServerRSS       int64 // bytes, after the burst
+	SchedulerRSS       int64
+	EtcdBytes          int64 // in use, after the burst
+	SliceBytesPerNode  float64
+	SetupSeconds       float64
+	ChurnPods          int
+	ChurnP50, ChurnP99 float64
+}
+
+// runScale runs every size, round and shape, prints the tables and returns
+// the results; check makes it verify each claim's allocation.
+func runScale(t *testing.T, s scaleSettings, check bool) []scaleResult {
+	var out io.Writer = io.Discard
+	if s.out != "" {
+		f, err := os.OpenFile(s.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		require.NoError(t, err)
+		defer f.Close()
+		out = f
+	}
+	var all []scaleResult
+	for _, n := range s.nodes {
+		var results []scaleResult
+		for round := range s.rounds {
+			for i := range s.shapes {
+				sh := s.shapes[(i+round)%len(s.shapes)]
+				start := time.Now()
+				r := runScaleOnce(t, s, sh, n, round, check)
+				t.Logf("%d nodes, round %d, %s: %.2f pods/s, p99 %.2f s, scheduler %.1f ms/pod, %s (%s)", n, round+1, sh.name,
+					r.PodsPerSecond, r.P99, r.SchedulerCPUms, mib(r.APIServerRSS), time.Since(start).Round(time.Second))
+				b, _ := json.Marshal(r)
+				fmt.Fprintf(out, "%s\n", b)
+				results = append(results, r)
+			}
+		}
+		fmt.Print(scaleTable(results, s))
+		all = append(all, results...)
+	}
+	return all
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// runScaleOnce is one shape at one size: a control plane of its own, the
+// fleet, a burst, churn.
+func runScaleOnce(t *testing.T, s scaleSettings, sh *shape, nodes, round int, check bool) scaleResult {
+	ctx := context.Background()
+	c, err := startControlPlane()
+	require.NoError(t, err)
+	defer c.stop()
+	require.NoError(t, c.startScheduler(s.schedArgs...))
+	require.NoError(t, c.startControllerManager())
+	cfg := rest.CopyConfig(c.config)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	res := scaleResult{Shape: sh.name, Mix: s.mix.String(), Nodes: nodes, Round: round + 1, Pods: s.pods}
+	if sh.uniform {
+		res.Mix = ""
+	}
+
+	// The fleet.
+	const ns = "scale"
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, dc := range sh.classes {
+		_, err := client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{})
+		require.NoError(t, createIgnoreExists(err))
+	}
+	setup := time.Now()
+	devices := newDeviceIndex()
+	var sliceBytes, capacity int64
+	var mu sync.Mutex
+	parallel(t, nodes, 32, func(i int) error {
+		name := fmt.Sprintf("node-%05d", i)
+		it := s.mix.of(i)
+		if err := createReadyNode(ctx, client, scaleNode(name, it)); err != nil {
+			return err
+		}
+		slices := sh.slices(name, it)
+		for _, sl := range slices {
+			if _, err := client.ResourceV1().ResourceSlices().Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("slice of %s: %w", name, err)
+			}
+		}
+		devices.add(slices)
+		mu.Lock()
+		sliceBytes += int64(sliceBytesOf(slices, sh.ownDriver))
+		capacity += int64(sh.perNode(it))
+		mu.Unlock()
+		return nil
+	})
+	res.SetupSeconds = time.Since(setup).Seconds()
+	res.SliceBytesPerNode = float64(sliceBytes) / float64(nodes)
+	require.LessOrEqual(t, int64(s.pods), capacity, "%s: the burst fits the fleet (%d pods)", sh.name, capacity)
+	sched := newScraper(c, "kube-scheduler")
+	var seen float64
+	var scrapeErr error
+	require.Eventually(t, func() bool {
+		m, err := sched.scrape()
+		scrapeErr = err
+		seen = m.value("scheduler_cache_size", map[string]string{"type": "nodes"})
+		return err == nil && seen == float64(nodes)
+	}, 5*time.Minute, 500*time.Millisecond, "the scheduler sees the %d nodes (it says %v; %v)", nodes, seen, scrapeErr)
+
+	// The claims, one template per instance type.
+	templates := map[string]string{} // instance type -> template
+	for _, e := range s.mix {
+		tm := sh.template(e.it)
+		if tm == nil {
+			continue
+		}
+		tm.Name = strings.ReplaceAll(e.it.name, ".", "-") + "-" + tm.Name
+		if sh.uniform {
+			tm.Name = "claim"
+		}
+		templates[e.it.name] = tm.Name
+		_, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tm, metav1.CreateOptions{})
+		require.NoError(t, createIgnoreExists(err))
+	}
+
+	// The burst.
+	w := startBindWatch(t, ctx, client, ns)
+	defer w.stop()
+	before, err := sched.scrape()
+	require.NoError(t, err)
+	cpu0 := procCPU(t, c.proc("kube-scheduler"))
+	stopProfile := profileScheduler(t, c, s.pprof, fmt.Sprintf("%s-%d-r%d", sh.name, nodes, round+1))
+	first := time.Now()
+	parallel(t, s.pods, 32, func(i int) error {
+		return w.create(ctx, scalePod(fmt.Sprintf("burst-%05d", i), s.mix.of(i), sh, templates))
+	})
+	res.Bound = w.wait(s.pods, burstTimeout(s.pods))
+	stopProfile()
+	last := w.lastBound()
+	res.PodsPerSecond = float64(res.Bound) / last.Sub(first).Seconds()
+	lat := percentilesOf(w.latencies())
+	res.P50, res.P99 = lat.p50.Seconds(), lat.p99.Seconds()
+	res.SchedulerCPUms = (procCPU(t, c.proc("kube-scheduler")) - cpu0).Seconds() * 1000 / float64(max(res.Bound, 1))
+	after, err := sched.scrape()
+	require.NoError(t, err)
+	dra := map[string]string{"plugin": "DynamicResources", "extension_point": "Filter"}
+	sum := after.value("scheduler_plugin_execution_duration_seconds_sum", dra) - before.value("scheduler_plugin_execution_duration_seconds_sum", dra)
+	res.FilterSamples = after.value("scheduler_plugin_execution_duration_seconds_count", dra) - before.value("scheduler_plugin_execution_duration_seconds_count", dra)
+	res.FilterPerNodeUs = math.NaN()
+	if res.FilterSamples > 0 {
+		res.FilterPerNodeUs = sum / res.FilterSamples * 1e6
+	}
+	res.APIServerRSS = procRSS(t, c.proc("kube-apiserver"))
+	res.SchedulerRSS = procRSS(t, c.proc("kube-scheduler"))
+	res.EtcdBytes = etcdInUse(t, c)
+	if check {
+		checkAllocations(t, ctx, client, ns, devices, s.pods)
+	}
+
+	// Churn: one pod deleted and one created at the rate, the fleet as
+	// full as the burst left it.
+	if s.churn > 0 {
+		res.ChurnPods, res.ChurnP50, res.ChurnP99 = churn(t, ctx, client, w, s, sh, templates)
+	}
+	return res
+}
+
+// burstTimeout allows a burst one pod a second and two minutes more: ten
+// times slower than the slowest shape measured.
+func burstTimeout(pods int) time.Duration { return time.Duration(pods)*time.Second + 2*time.Minute }
+
+func scalePod(name string, it *instanceType, sh *shape, templates map[string]string) *corev1.Pod {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+			AutomountServiceAccountToken: new(bool)}}
+	if !sh.uniform {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelInstanceTypeStable: it.name}
+	}
+	if tm, ok := templates[it.name]; ok || sh.uniform {
+		if sh.uniform {
+			tm, ok = templates[firstKey(templates)]
+		}
+		if ok {
+			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: &tm}}
+			pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "devices"}}
+		}
+	}
+	return pod
+}
+
+func firstKey(m map[string]string) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// churn deletes the oldest bound pod and creates a new one at the rate for
+// the duration, and returns how many new pods bound and their latency.
+func churn(t *testing.T, ctx context.Context, client kubernetes.Interface, w *bindWatch, s scaleSettings, sh *shape, templates map[string]string) (int, float64, float64) {
+	t.Helper()
+	w.resetLatencies()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / s.churnRate))
+	defer tick.Stop()
+	end := time.Now().Add(s.churn)
+	created := 0
+	for i := 0; time.Now().Before(end); i++ {
+		<-tick.C
+		if victim := w.oldestBound(); victim != "" {
+			require.NoError(t, client.CoreV1().Pods("scale").Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+		}
+		require.NoError(t, w.create(ctx, scalePod(fmt.Sprintf("churn-%05d", i), s.mix.of(i), sh, templates)))
+		created++
+	}
+	bound := w.wait(created, time.Minute)
+	p := percentilesOf(w.latencies())
+	return bound, p.p50.Seconds(), p.p99.Seconds()
+}
+
+// parallel runs f for 0..n-1 on workers goroutines; the first error fails
+// the test.
+func parallel(t *testing.T, n, workers int, f func(int) error) {
+	t.Helper()
+	jobs := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := f(i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		require.NoError(t, err)
+	default:
+	}
+}
+
+// createReadyNode registers a node as a kubelet would: created, then
+// Ready, then without the not-ready taint the API server gave it (no node
+// lifecycle controller runs here to lift it).
+func createReadyNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node) error {
+	node, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	node.Status.Capacity = corev1.ResourceList{"cpu": mustQ("192"), "memory": mustQ("2Ti"), "pods": mustQ("110")}
+	node.Status.Allocatable = node.Status.Capacity
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	if node, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	node.Spec.Taints = nil
+	_, err = client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
+// bindWatch watches a namespace's pods and records when each was created
+// (by this client, just before the request) and when the scheduler bound
+// it (when the watch first shows its node).
+type bindWatch struct {
+	mu      sync.Mutex
+	client  kubernetes.Interface
+	ns      string
+	created map[string]time.Time
+	bound   map[string]time.Time
+	order   []string // bound pods, oldest binding first
+	lats    []time.Duration
+	w       watch.Interface
+	done    chan struct{}
+}
+
+func startBindWatch(t *testing.T, ctx context.Context, client kubernetes.Interface, ns string) *bindWatch {
+	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	b := &bindWatch{client: client, ns: ns, created: map[string]time.Time{}, bound: map[string]time.Time{}, w: w, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Spec.NodeName == "" || ev.Type == watch.Deleted {
+				continue
+			}
+			now := time.Now()
+			b.mu.Lock()
+			if _, seen := b.bound[p.Name]; !seen {
+				b.bound[p.Name] = now
+				b.order = append(b.order, p.Name)
+				if c, ok := b.created[p.Name]; ok {
+					b.lats = append(b.lats, now.Sub(c))
+				}
+			}
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+func (b *bindWatch) stop() { b.w.Stop(); <-b.done }
+
+func (b *bindWatch) create(ctx context.Context, pod *corev1.Pod) error {
+	b.mu.Lock()
+	b.created[pod.Name] = time.Now()
+	b.mu.Unlock()
+	_, err := b.client.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
+	return err
+}
+
+// wait waits until n of the pods created since the last reset are bound,
+// or the timeout; it returns how many are.
+func (b *bindWatch) wait(n int, timeout time.Duration) int {
+	deadline := time.Now().Add(timeout)
+	for {
+		b.mu.Lock()
+		got := len(b.lats)
+		b.mu.Unlock()
+		if got >= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *bindWatch) lastBound() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.bound[b.order[len(b.order)-1]]
+}
+
+func (b *bindWatch) latencies() []time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]time.Duration(nil), b.lats...)
+}
+
+func (b *bindWatch) resetLatencies() {
+	b.mu.Lock()
+	b.lats = nil
+	b.mu.Unlock()
+}
+
+// oldestBound takes the pod bound longest ago off the list.
+func (b *bindWatch) oldestBound() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.order) == 0 {
+		return ""
+	}
+	p := b.order[0]
+	b.order = b.order[1:]
+	return p
+}
+
+// scaleTable is one size's figures, each shape's median and range over
+// the rounds, and the ratios of the pairs that answer the same question,
+// each ratio taken within a round.
+func scaleTable(rs []scaleResult, s scaleSettings) string {
+	var b strings.Builder
+	if len(rs) == 0 {
+		return ""
+	}
+	fmt.Fprintf(&b, "\n== %d nodes (fleet %s), bursts of %d pods, %d round(s)", rs[0].Nodes, s.mix, s.pods, s.rounds)
+	if s.churn > 0 {
+		fmt.Fprintf(&b, ", churn %s at %.0f pods/s", s.churn, s.churnRate)
+	}
+	b.WriteString("\n")
+	metrics := []struct {
+		name string
+		of   func(r scaleResult) float64
+	}{
+		{"pods bound/s", func(r scaleResult) float64 { return r.PodsPerSecond }},
+		{"latency p50 s", func(r scaleResult) float64 { return r.P50 }},
+		{"latency p99 s", func(r scaleResult) float64 { return r.P99 }},
+		{"scheduler CPU ms/pod", func(r scaleResult) float64 { return r.SchedulerCPUms }},
+		{"DRA Filter us/node", func(r scaleResult) float64 { return r.FilterPerNodeUs }},
+		{"apiserver RSS MiB", func(r scaleResult) float64 { return float64(r.APIServerRSS) / (1 << 20) }},
+		{"scheduler RSS MiB", func(r scaleResult) float64 { return float64(r.SchedulerRSS) / (1 << 20) }},
+		{"etcd in use MiB", func(r scaleResult) float64 { return float64(r.EtcdBytes) / (1 << 20) }},
+		{"slice KB/node", func(r scaleResult) float64 { return r.SliceBytesPerNode / 1000 }},
+		{"fleet set-up s", func(r scaleResult) float64 { return r.SetupSeconds }},
+		{"churn p50 s", func(r scaleResult) float64 { return r.ChurnP50 }},
+		{"churn p99 s", func(r scaleResult) float64 { return r.ChurnP99 }},
+	}
+	byShape := map[string]map[int]scaleResult{}
+	var shapes []string
+	for _, r := range rs {
+		if byShape[r.Shape] == nil {
+			byShape[r.Shape] = map[int]scaleResult{}
+			shapes = append(shapes, r.Shape)
+		}
+		byShape[r.Shape][r.Round] = r
+	}
+	fmt.Fprintf(&b, "%-22s", "")
+	for _, sh := range shapes {
+		fmt.Fprintf(&b, " %22s", sh)
+	}
+	b.WriteString("\n")
+	for _, m := range metrics {
+		fmt.Fprintf(&b, "%-22s", m.name)
+		for _, sh := range shapes {
+			var v []float64
+			for _, r := range byShape[sh] {
+				v = append(v, m.of(r))
+			}
+			fmt.Fprintf(&b, " %22s", spread(v))
+		}
+		b.WriteString("\n")
+	}
+	pairs := [][2]string{{"efakit", "upstream"}, {"efakit", "dranet"}, {"efakit-mixed", "efakit"}, {"dranet", "upstream"}, {"efakit", "plain"}}
+	fmt.Fprintf(&b, "ratios, median [min-max] over rounds\n%-22s", "")
+	var have [][2]string
+	for _, p := range pairs {
+		if byShape[p[0]] != nil && byShape[p[1]] != nil {
+			have = append(have, p)
+			fmt.Fprintf(&b, " %22s", p[0]+"/"+p[1])
+		}
+	}
+	b.WriteString("\n")
+	for _, m := range metrics[:9] {
+		fmt.Fprintf(&b, "%-22s", m.name)
+		for _, p := range have {
+			var v []float64
+			for round, a := range byShape[p[0]] {
+				if z, ok := byShape[p[1]][round]; ok {
+					v = append(v, m.of(a)/m.of(z))
+				}
+			}
+			fmt.Fprintf(&b, " %22s", spread(v))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// spread is a sample's median with its range; "-" where nothing is known.
+func spread(v []float64) string {
+	var s []float64
+	for _, x := range v {
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			s = append(s, x)
+		}
+	}
+	if len(s) == 0 {
+		return "-"
+	}
+	sort.Float64s(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	f := func(x float64) string {
+		switch {
+		case x >= 100:
+			return fmt.Sprintf("%.0f", x)
+		case x >= 10:
+			return fmt.Sprintf("%.1f", x)
+		default:
+			return fmt.Sprintf("%.2f", x)
+		}
+	}
+	if len(s) == 1 {
+		return f(med)
+	}
+	return fmt.Sprintf("%s [%s-%s]", f(med), f(s[0]), f(s[len(s)-1]))
+}
+
+// deviceIndex is every published device's attributes, by driver, pool and
+// name, to check allocations against.
+type deviceIndex struct {
+	mu   sync.Mutex
+	attr map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+}
+
+func newDeviceIndex() *deviceIndex {
+	return &deviceIndex{attr: map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}}
+}
+
+func (d *deviceIndex) add(slices []*resourceapi.ResourceSlice) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range slices {
+		for _, dev := range s.Spec.Devices {
+			d.attr[s.Spec.Driver+"/"+s.Spec.Pool.Name+"/"+dev.Name] = dev.Attributes
+		}
+	}
+}
+
+// value is a device's attribute by its fully qualified name (an
+// unqualified one is in the driver's domain).
+func (d *deviceIndex) value(driver, pool, device string, name resourceapi.FullyQualifiedName) (string, bool) {
+	attrs := d.attr[driver+"/"+pool+"/"+device]
+	domain, id, _ := strings.Cut(string(name), "/")
+	a, ok := attrs[resourceapi.QualifiedName(name)]
+	if !ok && domain == driver {
+		a, ok = attrs[resourceapi.QualifiedName(id)]
+	}
+	if !ok {
+		return "", false
+	}
+	b, _ := json.Marshal(a)
+	return string(b), true
+}
+
+// checkAllocations checks every claim of the namespace is allocated on one
+// node, with the devices its requests ask, and that the devices of each
+// matchAttribute constraint share the attribute, as published.
+func checkAllocations(t *testing.T, ctx context.Context, client kubernetes.Interface, ns string, devices *deviceIndex, want int) {
+	t.Helper()
+	claims, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	allocated := 0
+	for _, cl := range claims.Items {
+		a := cl.Status.Allocation
+		if !assert.NotNil(t, a, "claim %s allocated", cl.Name) {
+			continue
+		}
+		allocated++
+		byReq := map[string][]resourceapi.DeviceRequestAllocationResult{}
+		for _, r := range a.Devices.Results {
+			byReq[r.Request] = append(byReq[r.Request], r)
+		}
+		for _, req := range cl.Spec.Devices.Requests {
+			assert.Len(t, byReq[req.Name], int(req.Exactly.Count), "claim %s request %s", cl.Name, req.Name)
+		}
+		for _, c := range cl.Spec.Devices.Constraints {
+			if c.MatchAttribute == nil {
+				continue
+			}
+			values := map[string]bool{}
+			for _, req := range c.Requests {
+				for _, r := range byReq[req] {
+					v, ok := devices.value(r.Driver, r.Pool, r.Device, *c.MatchAttribute)
+					assert.True(t, ok, "claim %s: %s/%s has %s", cl.Name, r.Pool, r.Device, *c.MatchAttribute)
+					values[v] = true
+				}
+			}
+			assert.Len(t, values, 1, "claim %s: its devices share %s: %v", cl.Name, *c.MatchAttribute, values)
+		}
+	}
+	if len(claims.Items) > 0 {
+		assert.Equal(t, want, allocated, "claims allocated")
+	}
+}
