@@ -71,9 +71,8 @@ burst: e2e-deps
 ## interleaved: a burst of SCALEPODS pods, then SCALECHURN churn
 ## (duration@pods-per-second). Prints each size's figures and ratios and
 ## appends every run to bin/scale.jsonl; SCALEPPROF=dir keeps the
-## scheduler's CPU profiles. Work in progress (issue 23): not yet run to
-## the end at any size, and TestScaleSmoke (12 nodes) is not in make test
-## until it is (EFAKIT_SCALE_SMOKE=1 runs it).
+## scheduler's CPU profiles. make e2e runs TestScaleSmoke: every shape
+## once on 12 nodes.
 SCALENODES ?= 500,2000,5000
 SCALEROUNDS ?= 3
 SCALEPODS ?= 500

@@ -19,9 +19,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // The fleet harness: the real kube-apiserver, kube-scheduler and
@@ -124,12 +125,6 @@ func scaleSettingsFromEnv(t *testing.T, def scaleSettings, defMix, defShapes str
 func TestScaleSmoke(t *testing.T) {
 	if os.Getenv("EFAKIT_SCALE_NODES") != "" {
 		t.Skip("TestScale runs the sizes asked for")
-	}
-	// Not in make test yet: its wait for the scheduler to list the nodes
-	// (scheduler_cache_size) read 0 on the first runs, and the harness
-	// has not run to its end (issue 23).
-	if os.Getenv("EFAKIT_SCALE_SMOKE") == "" {
-		t.Skip("set EFAKIT_SCALE_SMOKE=1: the harness is work in progress")
 	}
 	s := scaleSettingsFromEnv(t, scaleSettings{nodes: []int{12}, rounds: 1, pods: 24, churn: 3 * time.Second, churnRate: 4},
 		"p5.48xlarge=1,p5en.48xlarge=1,p6-b200.48xlarge=1,trn2.48xlarge=1", "efakit,efakit-mixed,dranet,upstream,plain")
@@ -265,14 +260,11 @@ func runScaleOnce(t *testing.T, s scaleSettings, sh *shape, nodes, round int, ch
 	res.SliceBytesPerNode = float64(sliceBytes) / float64(nodes)
 	require.LessOrEqual(t, int64(s.pods), capacity, "%s: the burst fits the fleet (%d pods)", sh.name, capacity)
 	sched := newScraper(c, "kube-scheduler")
-	var seen float64
-	var scrapeErr error
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := sched.scrape()
-		scrapeErr = err
-		seen = m.value("scheduler_cache_size", map[string]string{"type": "nodes"})
-		return err == nil && seen == float64(nodes)
-	}, 5*time.Minute, 500*time.Millisecond, "the scheduler sees the %d nodes (it says %v; %v)", nodes, seen, scrapeErr)
+		require.NoError(c, err)
+		assert.Equal(c, float64(nodes), m.value("scheduler_cache_size", map[string]string{"type": "nodes"}), "the nodes in the scheduler's cache")
+	}, 5*time.Minute, 500*time.Millisecond, "the scheduler sees the %d nodes", nodes)
 
 	// The claims, one template per instance type.
 	templates := map[string]string{} // instance type -> template
@@ -303,6 +295,10 @@ func runScaleOnce(t *testing.T, s scaleSettings, sh *shape, nodes, round int, ch
 	})
 	res.Bound = w.wait(s.pods, burstTimeout(s.pods))
 	stopProfile()
+	if res.Bound < s.pods {
+		t.Fatalf("%s, %d nodes: %d of %d pods bound in %s; %s", sh.name, nodes, res.Bound, s.pods,
+			burstTimeout(s.pods), unboundReason(ctx, client, ns))
+	}
 	last := w.lastBound()
 	res.PodsPerSecond = float64(res.Bound) / last.Sub(first).Seconds()
 	lat := percentilesOf(w.latencies())
@@ -436,9 +432,10 @@ func createReadyNode(ctx context.Context, client kubernetes.Interface, n *corev1
 	return err
 }
 
-// bindWatch watches a namespace's pods and records when each was created
-// (by this client, just before the request) and when the scheduler bound
-// it (when the watch first shows its node).
+// bindWatch watches a namespace's pods (an informer, which lists again
+// where its watch ends) and records when each was created (by this
+// client, just before the request) and when the scheduler bound it (when
+// the informer first shows its node).
 type bindWatch struct {
 	mu      sync.Mutex
 	client  kubernetes.Interface
@@ -447,37 +444,42 @@ type bindWatch struct {
 	bound   map[string]time.Time
 	order   []string // bound pods, oldest binding first
 	lats    []time.Duration
-	w       watch.Interface
+	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 func startBindWatch(t *testing.T, ctx context.Context, client kubernetes.Interface, ns string) *bindWatch {
-	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	ctx, cancel := context.WithCancel(ctx)
+	b := &bindWatch{client: client, ns: ns, created: map[string]time.Time{}, bound: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	observe := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
+		}
+		now := time.Now()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, seen := b.bound[p.Name]; !seen {
+			b.bound[p.Name] = now
+			b.order = append(b.order, p.Name)
+			if c, ok := b.created[p.Name]; ok {
+				b.lats = append(b.lats, now.Sub(c))
+			}
+		}
+	}
+	inf := cache.NewSharedIndexInformer(cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "pods", ns, fields.Everything()),
+		&corev1.Pod{}, 0, cache.Indexers{})
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, o any) { observe(o) }})
 	require.NoError(t, err)
-	b := &bindWatch{client: client, ns: ns, created: map[string]time.Time{}, bound: map[string]time.Time{}, w: w, done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || p.Spec.NodeName == "" || ev.Type == watch.Deleted {
-				continue
-			}
-			now := time.Now()
-			b.mu.Lock()
-			if _, seen := b.bound[p.Name]; !seen {
-				b.bound[p.Name] = now
-				b.order = append(b.order, p.Name)
-				if c, ok := b.created[p.Name]; ok {
-					b.lats = append(b.lats, now.Sub(c))
-				}
-			}
-			b.mu.Unlock()
-		}
+		inf.Run(ctx.Done())
 	}()
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced), "the pods' informer synced")
 	return b
 }
 
-func (b *bindWatch) stop() { b.w.Stop(); <-b.done }
+func (b *bindWatch) stop() { b.cancel(); <-b.done }
 
 func (b *bindWatch) create(ctx context.Context, pod *corev1.Pod) error {
 	b.mu.Lock()
@@ -500,6 +502,41 @@ func (b *bindWatch) wait(n int, timeout time.Duration) int {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// unboundReason is what the scheduler said of one pod it has not bound,
+// and the state of that pod's claims.
+func unboundReason(ctx context.Context, client kubernetes.Interface, ns string) string {
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+	if err != nil {
+		return err.Error()
+	}
+	if len(pods.Items) == 0 {
+		return "no pod is unbound now"
+	}
+	p := pods.Items[0]
+	out := fmt.Sprintf("pod %s (%d unbound):", p.Name, len(pods.Items))
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			out += fmt.Sprintf(" %s %s: %s;", c.Status, c.Reason, c.Message)
+		}
+	}
+	for _, st := range p.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			out += fmt.Sprintf(" claim %s not yet created;", st.Name)
+			continue
+		}
+		cl, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, *st.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			out += fmt.Sprintf(" claim %s: %v;", *st.ResourceClaimName, err)
+			continue
+		}
+		out += fmt.Sprintf(" claim %s allocated %v;", cl.Name, cl.Status.Allocation != nil)
+	}
+	if len(p.Spec.ResourceClaims) > 0 && len(p.Status.ResourceClaimStatuses) == 0 {
+		out += " no claim made for it (is the resource claim controller running?)"
+	}
+	return out
 }
 
 func (b *bindWatch) lastBound() time.Time {

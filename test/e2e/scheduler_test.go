@@ -94,7 +94,11 @@ func (c *controlPlane) startScheduler(extra ...string) error {
 	}
 	c.scheduler = fmt.Sprintf("https://127.0.0.1:%d", port)
 	return c.start(filepath.Join(bins, "kube-scheduler"), append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false",
-		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port)}, extra...)...)
+		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port),
+		// Its /metrics and /debug/pprof take the admin token: the scheduler
+		// asks the API server who holds it (a TokenReview) and whether they
+		// may (a SubjectAccessReview), else it serves them to no one.
+		"--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig}, extra...)...)
 }
 
 func createIgnoreExists(err error) error {
