@@ -28,6 +28,7 @@ import (
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
 )
 
 // unhealthyNow is each Unhealthy device of the plugin's next health
@@ -78,13 +79,12 @@ func TestGroupHealthMemberLeaves(t *testing.T) {
 				ctx := context.Background()
 				_, err = p.Rescan(ctx)
 				require.NoError(t, err)
-				group := ""
-				for name, d := range lastDevices(rec) {
-					if m := d.Attributes[resources.AttrMembers].StringValue; m != nil && strings.Contains(*m, "rdmap80s0") {
-						group = name
-					}
-				}
-				require.NotEmpty(t, group)
+				// The group of rdmap80s0's root, as published.
+				topo, err := topology.Scan(s)
+				require.NoError(t, err)
+				std, _ := topo.StandardAttributes(topo.ByName("rdmap80s0"))
+				group := resources.GroupDeviceName(std.PCIeRoot)
+				require.Contains(t, lastDevices(rec), group)
 				assert.Empty(t, unhealthyNow(t, p))
 
 				s.cur.Store(edit(t, func(e *sysfs.Entry) bool { return !strings.Contains(e.Path, tc.drop) }))

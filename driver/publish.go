@@ -48,13 +48,15 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		if d.EFA.Verbs == nil {
 			continue
 		}
-		dev, err := resources.EFADevice(topo, d, cfg)
-		if err != nil {
+		// Only what is published (the API's limits checked); its metadata
+		// is more (resources.MetadataOnly).
+		if _, err := resources.EFADevice(topo, d, cfg); err != nil {
 			continue
 		}
+		attrs, _ := resources.EFAMetadata(topo, d, cfg)
 		inv[resources.DeviceName(d.PCI.Address)] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name,
 			Major: d.EFA.Verbs.Major, Minor: d.EFA.Verbs.Minor,
-			PCIAddress: d.PCI.Address.String(), Attributes: dev.Attributes, EFA: d.EFA}
+			PCIAddress: d.PCI.Address.String(), Attributes: attrs, EFA: d.EFA}
 	}
 	groups := map[string][]string{}
 	var groupAttrs = map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
@@ -68,8 +70,8 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		for _, g := range resources.Groups(topo, members).List {
 			name := resources.GroupDeviceName(g.Root)
 			groups[name] = g.MemberNames()
-			if dev, err := resources.GroupDevice(topo, g, cfg); err == nil {
-				groupAttrs[name] = dev.Attributes
+			if _, err := resources.GroupDevice(topo, g, cfg); err == nil {
+				groupAttrs[name] = resources.GroupMetadata(topo, g, cfg)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ package resources
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -54,8 +55,9 @@ const (
 	AttrNUMALocal = resourceapi.QualifiedName("numaNode")
 	AttrRDMA      = resourceapi.QualifiedName("rdma")
 	AttrRDMADev   = resourceapi.QualifiedName("rdmaDevice")
-	AttrVirtual   = resourceapi.QualifiedName("virtual")
 	AttrKind      = resourceapi.QualifiedName("kind")
+	// Metadata only (MetadataOnly): in the device metadata file a
+	// container reads, never in a ResourceSlice.
 	AttrGen       = resourceapi.QualifiedName("efaGeneration")
 	AttrRate      = resourceapi.QualifiedName("linkRateGbps")
 	AttrUverbs    = resourceapi.QualifiedName("uverbsDevice")
@@ -63,6 +65,24 @@ const (
 	AttrAccel     = resourceapi.QualifiedName("accelerators")
 	AttrAccelKind = resourceapi.QualifiedName("acceleratorKind")
 )
+
+// MetadataOnly are the attributes an EFA or group has in the device
+// metadata its container reads (prepare writes them; the container
+// contract and efakit doctor read uverbsDevice and members), and that are
+// not published: no class, claim template, Karpenter model or dranet
+// contract selects on them, and every published attribute is paid for by
+// the scheduler and the API server on every node (docs/plugin.md,
+// "What is published").
+var MetadataOnly = []resourceapi.QualifiedName{AttrGen, AttrRate, AttrUverbs, AttrNetdev, AttrAccel, AttrAccelKind, AttrMembers, AttrMemberCount}
+
+// published is attrs without the metadata-only ones.
+func published(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	out := maps.Clone(attrs)
+	for _, n := range MetadataOnly {
+		delete(out, n)
+	}
+	return out
+}
 
 // KindEFA is the value of the kind attribute of a single-EFA device; a
 // later kind (an EFA group) gets its own value, so classes can tell them
@@ -103,8 +123,19 @@ func flag(b bool) resourceapi.DeviceAttribute  { return resourceapi.DeviceAttrib
 // name is the built-in one (an EFA is Amazon's, 1d0f): what a node publishes
 // never depends on the pci.ids it happens to have.
 func EFADevice(t *topology.Topology, d *topology.Device, cfg Config) (resourceapi.Device, error) {
-	if d.Kind != topology.KindEFA || d.EFA == nil {
-		return resourceapi.Device{}, fmt.Errorf("%s is not an EFA", d.Name)
+	attrs, err := EFAMetadata(t, d, cfg)
+	if err != nil {
+		return resourceapi.Device{}, err
+	}
+	dev := resourceapi.Device{Name: DeviceName(d.PCI.Address), Attributes: published(attrs)}
+	return dev, CheckDevice(dev)
+}
+
+// EFAMetadata is every attribute of one EFA: the published ones and the
+// MetadataOnly ones, as the device metadata a container reads gives them.
+func EFAMetadata(t *topology.Topology, d *topology.Device, cfg Config) (map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
+	if d.Kind != topology.KindEFA || d.EFA == nil || d.PCI == nil {
+		return nil, fmt.Errorf("%s is not an EFA", d.Name)
 	}
 	std, _ := t.StandardAttributes(d)
 	p := d.PCI
@@ -123,7 +154,6 @@ func EFADevice(t *topology.Topology, d *topology.Device, cfg Config) (resourceap
 		AttrPCISubsys: str(fmt.Sprintf("%04x", p.SubsystemDevice)),
 		AttrRDMA:      flag(true),
 		AttrRDMADev:   str(d.Name),
-		AttrVirtual:   flag(false),
 		AttrKind:      str(KindEFA),
 		AttrGen:       str(d.EFA.Generation.String()),
 	}
@@ -172,8 +202,7 @@ func EFADevice(t *topology.Topology, d *topology.Device, cfg Config) (resourceap
 			attrs[AttrAccelKind] = str(k)
 		}
 	}
-	dev := resourceapi.Device{Name: DeviceName(p.Address), Attributes: attrs}
-	return dev, CheckDevice(dev)
+	return attrs, nil
 }
 
 // CheckDevice checks a device against the API's limits: a DNS-label name,

@@ -2,6 +2,8 @@ package resources_test
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,10 +71,28 @@ func TestEFADeviceAttributes(t *testing.T) {
 	assert.Equal(t, "rdmap16s25", s(resources.AttrRDMADev))
 	assert.Equal(t, "efa1", s(resources.AttrPCISubsys))
 	assert.Equal(t, "Amazon.com, Inc.", s(resources.AttrPCIVendor))
-	assert.Equal(t, "0000:10:1c.0,0000:10:1d.0", s(resources.AttrAccel))
 	assert.True(t, *d.Attributes[resources.AttrRDMA].BoolValue)
-	assert.False(t, *d.Attributes[resources.AttrVirtual].BoolValue)
 	assert.Equal(t, int64(0), *d.Attributes[resources.AttrNUMANode].IntValue)
+	// Published: exactly the attributes with a stated user (docs/plugin.md,
+	// "What is published").
+	assert.ElementsMatch(t, []resourceapi.QualifiedName{resources.AttrPCIeRoot, resources.AttrPCIBusID, resources.AttrNUMANode,
+		resources.AttrGroup1, resources.AttrGroup4, resources.AttrGroup8, resources.AttrGroup16,
+		resources.AttrPCIAddr, resources.AttrPCIVendor, resources.AttrPCIDevice, resources.AttrPCISubsys, resources.AttrNUMALocal,
+		resources.AttrRDMA, resources.AttrRDMADev, resources.AttrKind}, slices.Collect(maps.Keys(d.Attributes)))
+	// The metadata a container reads: those and the metadata-only ones.
+	m, err := resources.EFAMetadata(topo, topo.Lookup(a), resources.Config{NodeName: "n"})
+	require.NoError(t, err)
+	for n, v := range d.Attributes {
+		assert.Equal(t, v, m[n], "%s in the metadata as published", n)
+	}
+	ms := func(n resourceapi.QualifiedName) string { return *m[n].StringValue }
+	assert.Equal(t, "0000:10:1c.0,0000:10:1d.0", ms(resources.AttrAccel))
+	assert.Equal(t, "neuron", ms(resources.AttrAccelKind))
+	assert.Equal(t, "uverbs0", ms(resources.AttrUverbs))
+	assert.Equal(t, "enp16s1", ms(resources.AttrNetdev))
+	assert.Equal(t, "efa1", ms(resources.AttrGen))
+	assert.Equal(t, int64(100), *m[resources.AttrRate].IntValue)
+	assert.Len(t, m, len(d.Attributes)+6, "efaGeneration, linkRateGbps, uverbsDevice, netdev, accelerators, acceleratorKind")
 
 	// No NUMA: neither numaNode is published.
 	g5, err := sysfs.Open("../../testdata/sysfs/g5.8xlarge.sysfs")

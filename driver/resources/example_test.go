@@ -34,7 +34,7 @@ func ExamplePublished() {
 		for _, d := range s.Spec.Devices {
 			fmt.Print(" ", d.Name)
 			// numaNode is absent where the kernel says -1.
-			for _, attr := range []resourceapi.QualifiedName{resources.AttrPCIeRoot, resources.AttrNUMANode, resources.AttrRDMADev, resources.AttrUverbs} {
+			for _, attr := range []resourceapi.QualifiedName{resources.AttrPCIeRoot, resources.AttrNUMANode, resources.AttrRDMADev, resources.AttrPCIBusID} {
 				fmt.Print(" ", value(d.Attributes[attr]))
 			}
 			fmt.Println()
@@ -42,10 +42,10 @@ func ExamplePublished() {
 	}
 	// Output:
 	// dra.net node-1 node-1 4 devices
-	//  efa-0000-10-1b-0 pci0000:10 0 rdmap16s27 uverbs0
-	//  efa-0000-20-1b-0 pci0000:20 0 rdmap32s27 uverbs1
-	//  efa-0000-90-1b-0 pci0000:90 1 rdmap144s27 uverbs2
-	//  efa-0000-a0-1b-0 pci0000:a0 1 rdmap160s27 uverbs3
+	//  efa-0000-10-1b-0 pci0000:10 0 rdmap16s27 0000:10:1b.0
+	//  efa-0000-20-1b-0 pci0000:20 0 rdmap32s27 0000:20:1b.0
+	//  efa-0000-90-1b-0 pci0000:90 1 rdmap144s27 0000:90:1b.0
+	//  efa-0000-a0-1b-0 pci0000:a0 1 rdmap160s27 0000:a0:1b.0
 }
 
 // value prints whichever value an attribute holds; "-" for an absent one.

@@ -105,10 +105,17 @@ func GroupDeviceName(root string) string { return "efa-group-" + strings.Replace
 func CounterSetName(root string) string { return "efas-" + strings.ReplaceAll(root, ":", "-") }
 
 // GroupDevice is the published device of a group: the root's standard
-// attributes (numaNode and device groups only where every member agrees),
-// the member count and names, and every attribute the shipped classes read,
-// with values that keep single-EFA classes from selecting it.
+// attributes (numaNode and device groups only where every member agrees)
+// and every attribute the shipped classes read, with values that keep
+// single-EFA classes from selecting it.
 func GroupDevice(t *topology.Topology, g Group, cfg Config) (resourceapi.Device, error) {
+	dev := resourceapi.Device{Name: GroupDeviceName(g.Root), Attributes: published(GroupMetadata(t, g, cfg))}
+	return dev, CheckDevice(dev)
+}
+
+// GroupMetadata is every attribute of a group: the published ones and the
+// MetadataOnly ones (the member count and names among them).
+func GroupMetadata(t *topology.Topology, g Group, cfg Config) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	var names []string
 	numa := g.Members[0].NUMANode()
 	kinds := map[string]bool{}
@@ -130,7 +137,6 @@ func GroupDevice(t *topology.Topology, g Group, cfg Config) (resourceapi.Device,
 		AttrPCIDevice:   str(GroupPCIDevice),
 		AttrKind:        str(KindGroup),
 		AttrRDMA:        flag(true),
-		AttrVirtual:     flag(false),
 		AttrMemberCount: num(int64(len(g.Members))),
 		AttrGen:         str(g.Members[0].EFA.Generation.String()),
 	}
@@ -180,6 +186,5 @@ func GroupDevice(t *topology.Topology, g Group, cfg Config) (resourceapi.Device,
 			attrs[AttrAccelKind] = str(k)
 		}
 	}
-	dev := resourceapi.Device{Name: GroupDeviceName(g.Root), Attributes: attrs}
-	return dev, CheckDevice(dev)
+	return attrs
 }

@@ -96,11 +96,13 @@ type shape struct {
 func shapeByName(name string) (*shape, error) {
 	switch name {
 	case "efakit":
-		return efakitShape(resources.GroupsNone), nil
+		return efakitShape(resources.GroupsNone, false), nil
+	case "efakit-full":
+		return efakitShape(resources.GroupsNone, true), nil
 	case "efakit-mixed":
-		return efakitShape(resources.GroupsMixed), nil
+		return efakitShape(resources.GroupsMixed, false), nil
 	case "efakit-exclusive":
-		return efakitShape(resources.GroupsExclusive), nil
+		return efakitShape(resources.GroupsExclusive, false), nil
 	case "dranet":
 		return dranetShape(), nil
 	case "upstream":
@@ -109,7 +111,7 @@ func shapeByName(name string) (*shape, error) {
 		return &shape{name: "plain", uniform: true, slices: func(string, *instanceType) []*resourceapi.ResourceSlice { return nil },
 			template: func(*instanceType) *resourceapi.ResourceClaimTemplate { return nil }, perNode: func(*instanceType) int { return 110 }}, nil
 	}
-	return nil, fmt.Errorf("unknown shape %q (efakit, efakit-mixed, efakit-exclusive, dranet, upstream, plain)", name)
+	return nil, fmt.Errorf("unknown shape %q (efakit, efakit-full, efakit-mixed, efakit-exclusive, dranet, upstream, plain)", name)
 }
 
 // accelTemplate picks, of the templates `efakit claims` prints for a
@@ -127,10 +129,17 @@ func accelTemplate(it *instanceType, mode resources.GroupMode) (*resources.Templ
 	return nil, fmt.Errorf("%s: no claim for an accelerator with its EFAs", it.name)
 }
 
-func efakitShape(mode resources.GroupMode) *shape {
+// efakitShape publishes as the plugin does in a group mode; full adds
+// what efakit published before its attributes were cut (every
+// resources.MetadataOnly attribute, and virtual: false), to measure what
+// the cut saves.
+func efakitShape(mode resources.GroupMode, full bool) *shape {
 	name := "efakit"
 	if mode != resources.GroupsNone {
 		name += "-" + string(mode)
+	}
+	if full {
+		name += "-full"
 	}
 	classes := append(resources.DeviceClasses("", ""), accelClass(resources.GPUDeviceClass), accelClass(resources.NeuronDeviceClass))
 	return &shape{name: name, classes: classes, ownDriver: resources.DefaultDriverName,
@@ -140,7 +149,15 @@ func efakitShape(mode resources.GroupMode) *shape {
 			if err != nil {
 				panic(fmt.Sprintf("%s: %v", it.name, err)) // the bundled fixtures publish cleanly (TestSlicesPassAPIValidation)
 			}
-			return append(resources.Slices(pool, cfg), accelSlices(node, it)...)
+			out := resources.Slices(pool, cfg)
+			if full {
+				for _, sl := range out {
+					for i := range sl.Spec.Devices {
+						fullAttributes(&sl.Spec.Devices[i], it, cfg)
+					}
+				}
+			}
+			return append(out, accelSlices(node, it)...)
 		},
 		template: func(it *instanceType) *resourceapi.ResourceClaimTemplate {
 			tm, err := accelTemplate(it, mode)
@@ -156,6 +173,23 @@ func efakitShape(mode resources.GroupMode) *shape {
 			}
 			return tm.PerNode
 		}}
+}
+
+// fullAttributes gives a published single EFA its metadata's attributes
+// too, and virtual (false), as efakit published them before the cut.
+func fullAttributes(d *resourceapi.Device, it *instanceType, cfg resources.Config) {
+	for _, e := range it.topo.Of(topology.KindEFA) {
+		if resources.DeviceName(e.PCI.Address) != d.Name {
+			continue
+		}
+		attrs, err := resources.EFAMetadata(it.topo, e, cfg)
+		if err != nil {
+			panic(err)
+		}
+		no := false
+		attrs["virtual"] = resourceapi.DeviceAttribute{BoolValue: &no}
+		d.Attributes = attrs
+	}
 }
 
 // accelSlices are the accelerator drivers' slices of a node: NVIDIA's

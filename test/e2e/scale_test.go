@@ -582,6 +582,24 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		fmt.Fprintf(&b, ", churn %s at %.0f pods/s", s.churn, s.churnRate)
 	}
 	b.WriteString("\n")
+	byShape := map[string]map[int]scaleResult{}
+	var shapes []string
+	for _, r := range rs {
+		if byShape[r.Shape] == nil {
+			byShape[r.Shape] = map[int]scaleResult{}
+			shapes = append(shapes, r.Shape)
+		}
+		byShape[r.Shape][r.Round] = r
+	}
+	// The API server's memory a node's objects cost: above the plain
+	// shape's of the same round (its nodes and pods, no slices or claims).
+	overPlain := func(r scaleResult) float64 {
+		p, ok := byShape["plain"][r.Round]
+		if !ok || r.Shape == "plain" {
+			return math.NaN()
+		}
+		return float64(r.APIServerRSS-p.APIServerRSS) / (1 << 20) / float64(r.Nodes) * 1000
+	}
 	metrics := []struct {
 		name string
 		of   func(r scaleResult) float64
@@ -592,21 +610,13 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		{"scheduler CPU ms/pod", func(r scaleResult) float64 { return r.SchedulerCPUms }},
 		{"DRA Filter us/node", func(r scaleResult) float64 { return r.FilterPerNodeUs }},
 		{"apiserver RSS MiB", func(r scaleResult) float64 { return float64(r.APIServerRSS) / (1 << 20) }},
+		{"apiserver MiB/1k nodes", overPlain},
 		{"scheduler RSS MiB", func(r scaleResult) float64 { return float64(r.SchedulerRSS) / (1 << 20) }},
 		{"etcd in use MiB", func(r scaleResult) float64 { return float64(r.EtcdBytes) / (1 << 20) }},
 		{"slice KB/node", func(r scaleResult) float64 { return r.SliceBytesPerNode / 1000 }},
 		{"fleet set-up s", func(r scaleResult) float64 { return r.SetupSeconds }},
 		{"churn p50 s", func(r scaleResult) float64 { return r.ChurnP50 }},
 		{"churn p99 s", func(r scaleResult) float64 { return r.ChurnP99 }},
-	}
-	byShape := map[string]map[int]scaleResult{}
-	var shapes []string
-	for _, r := range rs {
-		if byShape[r.Shape] == nil {
-			byShape[r.Shape] = map[int]scaleResult{}
-			shapes = append(shapes, r.Shape)
-		}
-		byShape[r.Shape][r.Round] = r
 	}
 	fmt.Fprintf(&b, "%-22s", "")
 	for _, sh := range shapes {
@@ -624,7 +634,8 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		}
 		b.WriteString("\n")
 	}
-	pairs := [][2]string{{"efakit", "upstream"}, {"efakit", "dranet"}, {"efakit-mixed", "efakit"}, {"dranet", "upstream"}, {"efakit", "plain"}}
+	pairs := [][2]string{{"efakit", "upstream"}, {"efakit", "dranet"}, {"efakit", "efakit-full"}, {"efakit-mixed", "efakit"},
+		{"efakit-exclusive", "efakit"}, {"dranet", "upstream"}, {"efakit", "plain"}}
 	fmt.Fprintf(&b, "ratios, median [min-max] over rounds\n%-22s", "")
 	var have [][2]string
 	for _, p := range pairs {
@@ -634,7 +645,7 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		}
 	}
 	b.WriteString("\n")
-	for _, m := range metrics[:9] {
+	for _, m := range metrics[:10] {
 		fmt.Fprintf(&b, "%-22s", m.name)
 		for _, p := range have {
 			var v []float64
