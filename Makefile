@@ -88,6 +88,21 @@ scale: e2e-deps
 	  EFAKIT_SCALE_PPROF=$(if $(SCALEPPROF),$(abspath $(SCALEPPROF))) EFAKIT_SCALE_OUT=$(CURDIR)/bin/scale.jsonl \
 	  $(GO) test -count=1 -timeout 900m -run '^TestScale$$' -v .
 
+## plugin-fleet: the plugin's own API cost (test/e2e/plugin_fleet_test.go):
+## PLUGINS real efakit-plugin processes on the p5 fixture, each with a node
+## name of its own, against one kube-apiserver whose audit log counts their
+## requests: all start at once, PLUGINSTEADY of steady state, every slice
+## deleted at once, an API server restart. PLUGINBIN measures another
+## build. make e2e runs TestPluginFleetSmoke: 4 plugins.
+PLUGINS ?= 50
+PLUGINSTEADY ?= 3m
+PLUGINBIN ?=
+.PHONY: plugin-fleet
+plugin-fleet: e2e-deps
+	cd test/e2e && EFAKIT_PLUGIN_FLEET=$(PLUGINS) EFAKIT_PLUGIN_FLEET_STEADY=$(PLUGINSTEADY) \
+	  EFAKIT_PLUGIN_FLEET_BIN=$(if $(PLUGINBIN),$(abspath $(PLUGINBIN))) \
+	  $(GO) test -count=1 -timeout 60m -run '^TestPluginFleet$$' -v .
+
 ## e2e-compat: the version matrix with Kubernetes 1.34 (test/e2e/k8s134,
 ## its kube-apiserver cached beside 1.37's as bin/v1.34.4): every fixture's
 ## slices on 1.34 and 1.37 servers, and the plugin's fallbacks on 1.34. Not

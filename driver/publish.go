@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -50,10 +51,10 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		}
 		// Only what is published (the API's limits checked); its metadata
 		// is more (resources.MetadataOnly).
-		if _, err := resources.EFADevice(topo, d, cfg); err != nil {
+		_, attrs, err := resources.EFADeviceMetadata(topo, d, cfg)
+		if err != nil {
 			continue
 		}
-		attrs, _ := resources.EFAMetadata(topo, d, cfg)
 		inv[resources.DeviceName(d.PCI.Address)] = inventoryDevice{RDMAName: d.Name, Uverbs: d.EFA.Verbs.Name,
 			Major: d.EFA.Verbs.Major, Minor: d.EFA.Verbs.Minor,
 			PCIAddress: d.PCI.Address.String(), Attributes: attrs, EFA: d.EFA}
@@ -70,8 +71,8 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		for _, g := range resources.Groups(topo, members).List {
 			name := resources.GroupDeviceName(g.Root)
 			groups[name] = g.MemberNames()
-			if _, err := resources.GroupDevice(topo, g, cfg); err == nil {
-				groupAttrs[name] = resources.GroupMetadata(topo, g, cfg)
+			if _, attrs, err := resources.GroupDeviceMetadata(topo, g, cfg); err == nil {
+				groupAttrs[name] = attrs
 			}
 		}
 	}
@@ -328,7 +329,9 @@ func (p *Plugin) Recheck(ctx context.Context) {
 			return
 		}
 		v = owners.Verdict{Key: "api", Reason: "cannot tell yet whether another owner has this node's EFAs: " + err.Error()}
-		p.rescans.askAfter(5*time.Second, rescanOwnerWait)
+		// Jittered, so that a fleet that started while the API server
+		// was away does not ask again in step.
+		p.rescans.askAfter(wait.Jitter(5*time.Second, 1), rescanOwnerWait)
 	} else {
 		p.publishing.checked = true
 	}

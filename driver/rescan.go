@@ -21,7 +21,8 @@ const (
 	rescanPrepare   rescanReason = "prepare"    // a prepare or a refresh saw sysfs differ from the last scan
 	rescanAPI       rescanReason = "api-server" // the API server dropped fields of a publish
 	rescanSlices    rescanReason = "slices"     // another dra.net publisher's slices changed
-	rescanOwnerWait rescanReason = "owner-wait" // the owner check could not tell: ask again in 5 s
+	rescanNode      rescanReason = "node"       // the Node's labels or device-plugin capacity changed
+	rescanOwnerWait rescanReason = "owner-wait" // the owner check could not tell: ask again in 5-10 s
 	rescanHealth    rescanReason = "health"     // the health check's interval: sysfs only
 )
 

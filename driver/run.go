@@ -167,17 +167,22 @@ func (r *run) serve(o ServeOptions) error {
 		r.spawn(func() { recorder.Run(ctx) })
 	}
 
-	// 3. The Plugin, with every hook it has.
+	// 3. The Plugin, with every hook it has. Its checks for another owner
+	// read the watches step 4 starts (the Node, the node's slices), so
+	// that they cost the API server nothing at each rescan.
 	live := o.Live
 	if live == nil {
 		live = efa.Netlink{}
 	}
+	nodes := owners.NewNodeWatch(o.KubeClient, o.Config.NodeName)
+	pub := &publishing.Slices{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
+		SyncDelay: publishing.JitteredRepairDelay()}
 	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, CDI: writer,
 		Store: store, BootID: bootID, KubeClient: o.KubeClient, Pods: pods, DataDir: dataDir,
 		Hooks: Hooks{Events: recorder, Stop: func(err error) { r.cancel(err) },
 			Precheck: owners.All(owners.Netns(live),
-				owners.Node(o.KubeClient, o.Config.NodeName, o.AllowDevicePlugin),
-				owners.Publishers(o.KubeClient, driverName, o.Config.NodeName)),
+				owners.Node(nodes, o.AllowDevicePlugin),
+				owners.Publishers(pub.Current, driverName, o.Config.NodeName)),
 			Spawn: r.spawn},
 		HealthInterval: o.HealthInterval})
 	if plugin == nil {
@@ -188,8 +193,16 @@ func (r *run) serve(o ServeOptions) error {
 		logger.Error(err, "Restoring prepared claims failed")
 	}
 
-	// 4. Watched from before the first scan, so no change is missed.
+	// 4. Watched from before the first scan, so no change is missed: the
+	// kernel's uevents, the Node, the node's slices of the driver name
+	// (another dra.net publisher is checked for at once).
 	r.onStop(plugin.startUevents(ctx, o.Uevents))
+	r.spawn(func() { nodes.Run(ctx, func() { plugin.askRescan(rescanNode) }) })
+	pub.ErrorHandler = func(ctx context.Context, err error, msg string) {
+		plugin.HandleError(ctx, fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, err), msg)
+	}
+	r.onStop(pub.Stop)
+	pub.Watch(ctx, func() { plugin.askRescan(rescanSlices) })
 
 	// 5. The first scan fills the inventory, and the first check for
 	// another owner of the EFAs decides, before the kubelet can call.
@@ -224,12 +237,6 @@ func (r *run) serve(o ServeOptions) error {
 	// 7. The slices are published by a controller the plugin can stop
 	// without deleting another publisher's slices (see publishing.Slices);
 	// checked for another owner before the first publish.
-	pub := &publishing.Slices{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
-		ErrorHandler: func(ctx context.Context, err error, msg string) {
-			plugin.HandleError(ctx, fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, err), msg)
-		}}
-	r.onStop(pub.Stop)
-	pub.Watch(ctx, func() { plugin.askRescan(rescanSlices) })
 	plugin.SetPublisher(pub)
 	if _, err := plugin.Publish(ctx); err != nil {
 		logger.Error(err, "Publishing failed")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,9 +157,10 @@ func sliceCount(n *kubeletNode) int {
 	return len(l.Items)
 }
 
-// TestStandAsideKeepsDecision: a failed read of the Node never clears the
-// stand-aside beside AWS's EFA device plugin; without any decision yet,
-// the plugin stands aside until it can tell.
+// TestStandAsideKeepsDecision: a check that cannot read the Node (it is
+// gone from the watch) never clears the stand-aside beside AWS's EFA
+// device plugin; without any decision yet, the plugin stands aside until
+// it can tell.
 func TestStandAsideKeepsDecision(t *testing.T) {
 	c := claim("c", "f0000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
 	n := newNode(t, p5, c)
@@ -169,25 +169,39 @@ func TestStandAsideKeepsDecision(t *testing.T) {
 	defer n.stop()
 	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "vpc.amazonaws.com/efa")
 
-	// The API server stops answering node reads: the decision stands.
-	var failing atomic.Bool
-	failing.Store(true)
-	n.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if failing.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	// The Node is deleted: the check cannot tell, and the decision stands.
+	ctx := context.Background()
+	nodeObj, err := n.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, n.client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}))
 	n.rescan <- struct{}{}
 	n.rescan <- struct{}{} // the first rescan has run when the second is taken
 	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "vpc.amazonaws.com/efa", "still standing aside")
 	assert.Equal(t, 0, sliceCount(n))
 
-	// Reads work again and the device plugin is gone: publishing.
-	failing.Store(false)
-	n.setEFACapacity("")
+	// The Node is back, without the device plugin: publishing.
+	nodeObj.ResourceVersion = ""
+	nodeObj.Status.Capacity = nil
+	_, err = n.client.CoreV1().Nodes().Create(ctx, nodeObj, metav1.CreateOptions{})
+	require.NoError(t, err)
 	n.rescan <- struct{}{}
 	require.Eventually(t, func() bool { return sliceCount(n) == 1 }, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestStandAsideFollowsNode: the owner checks read the Node from a watch,
+// so the device plugin leaving the node makes the plugin publish without
+// waiting for its periodic rescan, and coming back withdraws the slices.
+func TestStandAsideFollowsNode(t *testing.T) {
+	c := claim("c", "f0000000-0000-0000-0000-000000000006", "efa-0000-4f-00-0")
+	n := newNode(t, p5, c)
+	n.setEFACapacity("32")
+	n.start()
+	defer n.stop()
+	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "vpc.amazonaws.com/efa")
+	n.setEFACapacity("")
+	require.Eventually(t, func() bool { return sliceCount(n) == 1 }, 10*time.Second, 20*time.Millisecond, "published with no rescan asked for")
+	n.setEFACapacity("32")
+	require.Eventually(t, func() bool { return sliceCount(n) == 0 }, 10*time.Second, 20*time.Millisecond, "withdrawn with no rescan asked for")
 }
 
 // TestStandAsideBeforeAnyAnswer: an API server that never answered leaves
@@ -195,7 +209,7 @@ func TestStandAsideKeepsDecision(t *testing.T) {
 func TestStandAsideBeforeAnyAnswer(t *testing.T) {
 	c := claim("c", "f0000000-0000-0000-0000-000000000002", "efa-0000-4f-00-0")
 	n := newNode(t, p5, c)
-	n.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+	n.client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
 	n.start()

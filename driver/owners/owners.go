@@ -13,9 +13,7 @@ import (
 
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -55,34 +53,40 @@ func Netns(live efa.Live) Check {
 
 // Node says to stand aside where the Node shows another owner of its
 // EFAs: the EFA device plugin's resource in its capacity (unless allowed),
-// or EKS Auto Mode, whose nodes run AWS's own DRA driver as dra.net.
-func Node(client kubernetes.Interface, node string, allowDevicePlugin bool) Check {
+// or EKS Auto Mode, whose nodes run AWS's own DRA driver as dra.net. It
+// reads the Node from the watch (NodeWatch.Get), not from the API server.
+func Node(nodes *NodeWatch, allowDevicePlugin bool) Check {
 	return func(ctx context.Context) (Verdict, error) {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := nodes.Get(ctx)
 		if err != nil {
-			return Verdict{}, fmt.Errorf("reading node %s: %w", node, err)
+			return Verdict{}, err
 		}
 		if v := n.Labels[resources.AutoModeLabel]; v == resources.AutoModeValue {
-			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), whose own DRA driver publishes its EFAs as dra.net: two publishers of one pool would fight; keep efakit off Auto Mode nodes (the chart's default affinity does)", node, resources.AutoModeLabel, v)}, nil
+			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("node %s is an EKS Auto Mode node (%s=%s), whose own DRA driver publishes its EFAs as dra.net: two publishers of one pool would fight; keep efakit off Auto Mode nodes (the chart's default affinity does)", n.Name, resources.AutoModeLabel, v)}, nil
 		}
 		if q, ok := n.Status.Capacity[resources.DevicePluginResource]; ok && !q.IsZero() && !allowDevicePlugin {
-			return Verdict{Key: "device-plugin", Reason: fmt.Sprintf("node %s has %s %s from AWS's EFA device plugin, which owns these EFAs: remove the device plugin from this node (or run with --allow-with-device-plugin)", node, q.String(), resources.DevicePluginResource)}, nil
+			return Verdict{Key: "device-plugin", Reason: fmt.Sprintf("node %s has %s %s from AWS's EFA device plugin, which owns these EFAs: remove the device plugin from this node (or run with --allow-with-device-plugin)", n.Name, q.String(), resources.DevicePluginResource)}, nil
 		}
 		return Verdict{}, nil
 	}
 }
 
+// SliceSource gives the ResourceSlices of the driver name on the node as
+// a watch holds them (publishing.Slices.Current), or an error while the
+// watch has not listed them yet.
+type SliceSource func(ctx context.Context) ([]resourceapi.ResourceSlice, error)
+
 // Publishers says to stand aside where ResourceSlices of the driver
 // name on the node hold devices efakit does not write: another dra.net
-// driver publishes there.
-func Publishers(client kubernetes.Interface, driverName, node string) Check {
+// driver publishes there. It reads them from the plugin's watch of the
+// node's slices, not from the API server.
+func Publishers(slices SliceSource, driverName, node string) Check {
 	return func(ctx context.Context) (Verdict, error) {
-		l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
-			"spec.driver": driverName, "spec.nodeName": node}.String()})
+		l, err := slices(ctx)
 		if err != nil {
 			return Verdict{}, fmt.Errorf("listing the %s ResourceSlices of node %s: %w", driverName, node, err)
 		}
-		if foreign := resources.ForeignSlices(l.Items, driverName, node); len(foreign) > 0 {
+		if foreign := resources.ForeignSlices(l, driverName, node); len(foreign) > 0 {
 			return Verdict{Key: "dra-driver", Reason: fmt.Sprintf("another %s driver publishes on node %s (%s): two publishers of one driver name fight over the node's slices; remove one of them", driverName, node, strings.Join(foreign, "; "))}, nil
 		}
 		return Verdict{}, nil

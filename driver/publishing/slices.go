@@ -7,11 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/efakit/efakit/driver/resources"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/efakit/efakit/driver/resources"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +51,7 @@ type Slices struct {
 	desired   *resourceslice.DriverResources // what the controller publishes
 	withdrawn map[types.UID]bool             // slices Withdraw deleted: not a repair
 	store     cache.Store                    // the watch's slices of the node (Watch)
+	synced    cache.InformerSynced           // the watch has listed them
 	// repair: own slices deleted or changed by someone else, by name, since
 	// when; logged once when all are back.
 	repair repair
@@ -75,6 +77,21 @@ type repair struct {
 // versions during a rolling update) meets a write a second instead of one
 // in 30 s.
 const RepairDelay = time.Second
+
+// RepairJitter spreads a fleet's repairs: a plugin's sync delay is
+// RepairDelay plus a random part of RepairJitter, drawn once per process
+// (JitteredRepairDelay). A change that reaches every node at once (the
+// kubelets of a fleet restarted together, deleting every slice) is then
+// written back over two seconds, not in the same instant by every node:
+// 1,000 nodes make 500 creates a second instead of 1,000 at once
+// (docs/fleet.md, "The plugin's own API cost").
+const RepairJitter = 2 * time.Second
+
+// JitteredRepairDelay is RepairDelay plus a random duration below
+// RepairJitter.
+func JitteredRepairDelay() time.Duration {
+	return RepairDelay + rand.N(RepairJitter)
+}
 
 // PublishResources starts the controller with the resources, or gives it
 // new ones.
@@ -170,7 +187,7 @@ func (s *Slices) Watch(ctx context.Context, foreign func()) {
 		o.FieldSelector = fields.Set{"spec.driver": s.DriverName, "spec.nodeName": s.NodeName}.String()
 	})
 	s.mu.Lock()
-	s.store = inf.GetStore()
+	s.store, s.synced = inf.GetStore(), inf.HasSynced
 	s.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	mine := func(obj any) *resourceapi.ResourceSlice {
@@ -207,6 +224,28 @@ func (s *Slices) Watch(ctx context.Context, foreign func()) {
 		},
 	})
 	go inf.RunWithContext(ctx)
+}
+
+// Current is the node's ResourceSlices of the driver name as the watch
+// holds them (Watch has started it). Before the watch has listed them,
+// Current waits for that until ctx ends, and then says it cannot tell.
+func (s *Slices) Current(ctx context.Context) ([]resourceapi.ResourceSlice, error) {
+	s.mu.Lock()
+	store, synced := s.store, s.synced
+	s.mu.Unlock()
+	if store == nil {
+		return nil, errors.New("the watch of the node's slices has not started")
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return nil, fmt.Errorf("the watch of the node's slices has not listed them yet: %w", context.Cause(ctx))
+	}
+	var out []resourceapi.ResourceSlice
+	for _, obj := range store.List() {
+		if sl, ok := obj.(*resourceapi.ResourceSlice); ok {
+			out = append(out, *sl)
+		}
+	}
+	return out, nil
 }
 
 // noteRepair records that someone else deleted (cur nil) or changed one of

@@ -123,12 +123,19 @@ func flag(b bool) resourceapi.DeviceAttribute  { return resourceapi.DeviceAttrib
 // name is the built-in one (an EFA is Amazon's, 1d0f): what a node publishes
 // never depends on the pci.ids it happens to have.
 func EFADevice(t *topology.Topology, d *topology.Device, cfg Config) (resourceapi.Device, error) {
+	dev, _, err := EFADeviceMetadata(t, d, cfg)
+	return dev, err
+}
+
+// EFADeviceMetadata is EFADevice and EFAMetadata of one EFA, its
+// attributes computed once: what the plugin's inventory keeps.
+func EFADeviceMetadata(t *topology.Topology, d *topology.Device, cfg Config) (resourceapi.Device, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
 	attrs, err := EFAMetadata(t, d, cfg)
 	if err != nil {
-		return resourceapi.Device{}, err
+		return resourceapi.Device{}, nil, err
 	}
 	dev := resourceapi.Device{Name: DeviceName(d.PCI.Address), Attributes: published(attrs)}
-	return dev, CheckDevice(dev)
+	return dev, attrs, CheckDevice(dev)
 }
 
 // EFAMetadata is every attribute of one EFA: the published ones and the

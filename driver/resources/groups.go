@@ -109,8 +109,16 @@ func CounterSetName(root string) string { return "efas-" + strings.ReplaceAll(ro
 // and every attribute the shipped classes read, with values that keep
 // single-EFA classes from selecting it.
 func GroupDevice(t *topology.Topology, g Group, cfg Config) (resourceapi.Device, error) {
-	dev := resourceapi.Device{Name: GroupDeviceName(g.Root), Attributes: published(GroupMetadata(t, g, cfg))}
-	return dev, CheckDevice(dev)
+	dev, _, err := GroupDeviceMetadata(t, g, cfg)
+	return dev, err
+}
+
+// GroupDeviceMetadata is GroupDevice and GroupMetadata of one group, its
+// attributes computed once.
+func GroupDeviceMetadata(t *topology.Topology, g Group, cfg Config) (resourceapi.Device, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
+	attrs := GroupMetadata(t, g, cfg)
+	dev := resourceapi.Device{Name: GroupDeviceName(g.Root), Attributes: published(attrs)}
+	return dev, attrs, CheckDevice(dev)
 }
 
 // GroupMetadata is every attribute of a group: the published ones and the

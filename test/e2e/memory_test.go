@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -73,16 +72,14 @@ func (n *e2eNode) metrics() map[string]float64 {
 	resp, err := http.Get(n.http + "/metrics")
 	require.NoError(n.t, err)
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	m, err := parseMetrics(resp.Body)
 	require.NoError(n.t, err)
 	out := map[string]float64{}
-	for _, l := range strings.Split(string(body), "\n") {
-		name, val, ok := strings.Cut(l, " ")
-		if !ok || strings.HasPrefix(l, "#") || strings.Contains(name, "{") {
-			continue
-		}
-		if f, err := strconv.ParseFloat(val, 64); err == nil {
-			out[name] = f
+	for name, samples := range m {
+		for _, s := range samples {
+			if len(s.labels) == 0 {
+				out[name] = s.value
+			}
 		}
 	}
 	return out

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,32 +20,17 @@ func (n *realNode) scrape(t *testing.T, metric string) []map[string]string {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
+	m, err := parseMetrics(resp.Body)
 	require.NoError(t, err)
-	mf, ok := mfs[metric]
-	if !ok {
-		return nil
-	}
 	var out []map[string]string
-	for _, m := range mf.GetMetric() {
-		l := map[string]string{"": valueOf(mf.GetType(), m)}
-		for _, lp := range m.GetLabel() {
-			l[lp.GetName()] = lp.GetValue()
+	for _, s := range m[metric] {
+		l := map[string]string{"": model.SampleValue(s.value).String()}
+		for k, v := range s.labels {
+			l[k] = v
 		}
 		out = append(out, l)
 	}
 	return out
-}
-
-func valueOf(typ dto.MetricType, m *dto.Metric) string {
-	switch typ {
-	case dto.MetricType_COUNTER:
-		return model.SampleValue(m.GetCounter().GetValue()).String()
-	case dto.MetricType_GAUGE:
-		return model.SampleValue(m.GetGauge().GetValue()).String()
-	}
-	return ""
 }
 
 // checkClaimMetrics runs a pod with one EFA through the real kubelet and

@@ -124,8 +124,14 @@ func (s *scraper) scrape() (metricsSnapshot, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+// parseMetrics reads Prometheus text: every sample by metric name, a
+// histogram's or summary's as its _sum and _count. The e2e's one parser of /metrics.
+func parseMetrics(r io.Reader) (metricsSnapshot, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	mfs, err := parser.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +147,10 @@ func (s *scraper) scrape() (metricsSnapshot, error) {
 				h := m.GetHistogram()
 				out[name+"_sum"] = append(out[name+"_sum"], sample{labels, h.GetSampleSum()})
 				out[name+"_count"] = append(out[name+"_count"], sample{labels, float64(h.GetSampleCount())})
+			case m.GetSummary() != nil:
+				sm := m.GetSummary()
+				out[name+"_sum"] = append(out[name+"_sum"], sample{labels, sm.GetSampleSum()})
+				out[name+"_count"] = append(out[name+"_count"], sample{labels, float64(sm.GetSampleCount())})
 			case m.GetCounter() != nil:
 				out[name] = append(out[name], sample{labels, m.GetCounter().GetValue()})
 			case m.GetGauge() != nil:

@@ -339,23 +339,25 @@ func scalePod(name string, it *instanceType, sh *shape, templates map[string]str
 	if !sh.uniform {
 		pod.Spec.NodeSelector = map[string]string{corev1.LabelInstanceTypeStable: it.name}
 	}
-	if tm, ok := templates[it.name]; ok || sh.uniform {
-		if sh.uniform {
-			tm, ok = templates[firstKey(templates)]
-		}
-		if ok {
-			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: &tm}}
-			pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "devices"}}
-		}
+	if tm, ok := templateOf(it, sh, templates); ok {
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: &tm}}
+		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "devices"}}
 	}
 	return pod
 }
 
-func firstKey(m map[string]string) string {
-	for k := range m {
-		return k
+// templateOf is the claim template of a pod on the instance type, by its
+// name: a uniform shape's nodes are all alike, and its one template
+// serves every pod; plain pods have none.
+func templateOf(it *instanceType, sh *shape, templates map[string]string) (string, bool) {
+	if sh.uniform {
+		for _, tm := range templates {
+			return tm, true
+		}
+		return "", false
 	}
-	return ""
+	tm, ok := templates[it.name]
+	return tm, ok
 }
 
 // churn deletes the oldest bound pod and creates a new one at the rate for
@@ -600,23 +602,26 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		}
 		return float64(r.APIServerRSS-p.APIServerRSS) / (1 << 20) / float64(r.Nodes) * 1000
 	}
+	// ratio: the row has a ratio between shapes (the set-up time and
+	// the churn's latencies are a round's, not a shape's cost).
 	metrics := []struct {
-		name string
-		of   func(r scaleResult) float64
+		name  string
+		of    func(r scaleResult) float64
+		ratio bool
 	}{
-		{"pods bound/s", func(r scaleResult) float64 { return r.PodsPerSecond }},
-		{"latency p50 s", func(r scaleResult) float64 { return r.P50 }},
-		{"latency p99 s", func(r scaleResult) float64 { return r.P99 }},
-		{"scheduler CPU ms/pod", func(r scaleResult) float64 { return r.SchedulerCPUms }},
-		{"DRA Filter us/node", func(r scaleResult) float64 { return r.FilterPerNodeUs }},
-		{"apiserver RSS MiB", func(r scaleResult) float64 { return float64(r.APIServerRSS) / (1 << 20) }},
-		{"apiserver MiB/1k nodes", overPlain},
-		{"scheduler RSS MiB", func(r scaleResult) float64 { return float64(r.SchedulerRSS) / (1 << 20) }},
-		{"etcd in use MiB", func(r scaleResult) float64 { return float64(r.EtcdBytes) / (1 << 20) }},
-		{"slice KB/node", func(r scaleResult) float64 { return r.SliceBytesPerNode / 1000 }},
-		{"fleet set-up s", func(r scaleResult) float64 { return r.SetupSeconds }},
-		{"churn p50 s", func(r scaleResult) float64 { return r.ChurnP50 }},
-		{"churn p99 s", func(r scaleResult) float64 { return r.ChurnP99 }},
+		{"pods bound/s", func(r scaleResult) float64 { return r.PodsPerSecond }, true},
+		{"latency p50 s", func(r scaleResult) float64 { return r.P50 }, true},
+		{"latency p99 s", func(r scaleResult) float64 { return r.P99 }, true},
+		{"scheduler CPU ms/pod", func(r scaleResult) float64 { return r.SchedulerCPUms }, true},
+		{"DRA Filter us/node", func(r scaleResult) float64 { return r.FilterPerNodeUs }, true},
+		{"apiserver RSS MiB", func(r scaleResult) float64 { return float64(r.APIServerRSS) / (1 << 20) }, true},
+		{"apiserver MiB/1k nodes", overPlain, true},
+		{"scheduler RSS MiB", func(r scaleResult) float64 { return float64(r.SchedulerRSS) / (1 << 20) }, true},
+		{"etcd in use MiB", func(r scaleResult) float64 { return float64(r.EtcdBytes) / (1 << 20) }, true},
+		{"slice KB/node", func(r scaleResult) float64 { return r.SliceBytesPerNode / 1000 }, true},
+		{"fleet set-up s", func(r scaleResult) float64 { return r.SetupSeconds }, false},
+		{"churn p50 s", func(r scaleResult) float64 { return r.ChurnP50 }, false},
+		{"churn p99 s", func(r scaleResult) float64 { return r.ChurnP99 }, false},
 	}
 	fmt.Fprintf(&b, "%-22s", "")
 	for _, sh := range shapes {
@@ -645,7 +650,10 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		}
 	}
 	b.WriteString("\n")
-	for _, m := range metrics[:10] {
+	for _, m := range metrics {
+		if !m.ratio {
+			continue
+		}
 		fmt.Fprintf(&b, "%-22s", m.name)
 		for _, p := range have {
 			var v []float64
