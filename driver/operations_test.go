@@ -265,7 +265,7 @@ func TestSliceRepair(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
 	pub := &publishing.Slices{Ctx: ctx, Client: client, DriverName: "dra.net", NodeName: node}
 	defer pub.Stop()
-	pub.Watch(ctx, func() {})
+	go pub.Watch(ctx, func() {})()
 	topoRes := publishedP5(t)
 	require.NoError(t, pub.PublishResources(ctx, topoRes))
 	slices := func() []resourceapi.ResourceSlice {

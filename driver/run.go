@@ -202,7 +202,7 @@ func (r *run) serve(o ServeOptions) error {
 		plugin.HandleError(ctx, fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, err), msg)
 	}
 	r.onStop(pub.Stop)
-	pub.Watch(ctx, func() { plugin.askRescan(rescanSlices) })
+	r.spawn(pub.Watch(ctx, func() { plugin.askRescan(rescanSlices) }))
 
 	// 5. The first scan fills the inventory, and the first check for
 	// another owner of the EFAs decides, before the kubelet can call.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/internal/informerwait"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 type NodeWatch struct {
 	name string
 	inf  cache.SharedIndexInformer
+	errs *informerwait.Tracker
 }
 
 // NewNodeWatch is the watch of the node; Run runs it.
@@ -31,7 +33,9 @@ func NewNodeWatch(client kubernetes.Interface, name string) *NodeWatch {
 	inf := coreinformers.NewFilteredNodeInformer(client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, name).String()
 	})
-	return &NodeWatch{name: name, inf: inf}
+	// Only fails on a running informer.
+	errs, _ := informerwait.Track(inf)
+	return &NodeWatch{name: name, inf: inf, errs: errs}
 }
 
 // Run watches the node until ctx ends. changed, when set, is called
@@ -60,10 +64,12 @@ func ownerSignsEqual(a, b *corev1.Node) bool {
 }
 
 // Get is the Node as the watch last saw it. Before the watch has listed
-// it, Get waits for that until ctx ends, and then says it cannot tell.
+// it, Get waits for that until ctx ends, and then says it cannot tell,
+// with the watch's last error (a role without list and watch of nodes
+// answers 403).
 func (w *NodeWatch) Get(ctx context.Context) (*corev1.Node, error) {
-	if !cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
-		return nil, fmt.Errorf("reading node %s: the watch of the Node has not listed it yet: %w", w.name, context.Cause(ctx))
+	if err := w.errs.Wait(ctx, "the watch of the Node"); err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", w.name, err)
 	}
 	obj, ok, err := w.inf.GetStore().GetByKey(w.name)
 	switch {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/internal/informerwait"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +52,7 @@ type Slices struct {
 	desired   *resourceslice.DriverResources // what the controller publishes
 	withdrawn map[types.UID]bool             // slices Withdraw deleted: not a repair
 	store     cache.Store                    // the watch's slices of the node (Watch)
-	synced    cache.InformerSynced           // the watch has listed them
+	errs      *informerwait.Tracker          // the watch's first list and last error
 	// repair: own slices deleted or changed by someone else, by name, since
 	// when; logged once when all are back.
 	repair repair
@@ -166,13 +167,6 @@ func (s *Slices) Stop() {
 	}
 }
 
-// WatchForeign calls found whenever a ResourceSlice of the driver name on
-// the node appears or changes that efakit did not write, until ctx ends
-// (Slices.Watch without a publisher).
-func WatchForeign(ctx context.Context, client kubernetes.Interface, driverName, node string, found func()) {
-	(&Slices{Client: client, DriverName: driverName, NodeName: node}).Watch(ctx, found)
-}
-
 // Watch watches the ResourceSlices of the driver name on the node until
 // ctx ends. It calls foreign whenever one appears or changes that efakit
 // did not write: the running controller would delete such a slice after
@@ -180,14 +174,20 @@ func WatchForeign(ctx context.Context, client kubernetes.Interface, driverName, 
 // first. And it tells the operator, once per repair, when someone else (a
 // restarting kubelet deletes every slice of its node) deleted or changed
 // a slice the controller publishes, and the controller put it back.
-func (s *Slices) Watch(ctx context.Context, foreign func()) {
+//
+// Watch sets the watch up (Current reads it from then on) and returns
+// what runs it: the caller runs that in a goroutine of its own, which
+// returns when ctx ends.
+func (s *Slices) Watch(ctx context.Context, foreign func()) (run func()) {
 	// The one informer, not a factory: a factory links the informers and
 	// listers of every API group into the plugin (9.3 MB of its 62 MB).
 	inf := resourceinformers.NewFilteredResourceSliceInformer(s.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.Set{"spec.driver": s.DriverName, "spec.nodeName": s.NodeName}.String()
 	})
+	// Only fails on a running informer.
+	errs, _ := informerwait.Track(inf)
 	s.mu.Lock()
-	s.store, s.synced = inf.GetStore(), inf.HasSynced
+	s.store, s.errs = inf.GetStore(), errs
 	s.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	mine := func(obj any) *resourceapi.ResourceSlice {
@@ -223,7 +223,7 @@ func (s *Slices) Watch(ctx context.Context, foreign func()) {
 			}
 		},
 	})
-	go inf.RunWithContext(ctx)
+	return func() { inf.RunWithContext(ctx) }
 }
 
 // Current is the node's ResourceSlices of the driver name as the watch
@@ -231,13 +231,13 @@ func (s *Slices) Watch(ctx context.Context, foreign func()) {
 // Current waits for that until ctx ends, and then says it cannot tell.
 func (s *Slices) Current(ctx context.Context) ([]resourceapi.ResourceSlice, error) {
 	s.mu.Lock()
-	store, synced := s.store, s.synced
+	store, errs := s.store, s.errs
 	s.mu.Unlock()
 	if store == nil {
 		return nil, errors.New("the watch of the node's slices has not started")
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced) {
-		return nil, fmt.Errorf("the watch of the node's slices has not listed them yet: %w", context.Cause(ctx))
+	if err := errs.Wait(ctx, "the watch of the node's slices"); err != nil {
+		return nil, err
 	}
 	var out []resourceapi.ResourceSlice
 	for _, obj := range store.List() {

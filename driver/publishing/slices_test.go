@@ -50,7 +50,7 @@ func TestCurrent(t *testing.T) {
 	_, err := s.Current(ctx)
 	require.ErrorContains(t, err, "has not started")
 
-	s.Watch(ctx, func() {})
+	go s.Watch(ctx, func() {})()
 	got, err := s.Current(ctx)
 	require.NoError(t, err)
 	// The fake client ignores field selectors: the watch holds both, as
@@ -79,7 +79,7 @@ func TestCurrent(t *testing.T) {
 	expired, stop := context.WithCancel(context.Background())
 	stop()
 	unsynced := &publishing.Slices{Client: fake.NewClientset(), DriverName: "dra.net", NodeName: node}
-	unsynced.Watch(expired, func() {})
+	go unsynced.Watch(expired, func() {})()
 	_, err = unsynced.Current(expired)
-	assert.ErrorContains(t, err, "has not listed them yet")
+	assert.ErrorContains(t, err, "the watch of the node's slices has not listed yet")
 }

@@ -3,6 +3,8 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,22 +110,14 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 		_, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	pod, err := c.client.CoreV1().Pods("efakit").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "plugin-a"},
-		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "efakit-plugin",
-			Containers: []corev1.Container{{Name: "plugin", Image: "efakit-plugin"}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	exp := int64(600)
-	tr, err := c.client.CoreV1().ServiceAccounts("efakit").CreateToken(ctx, "efakit-plugin", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	asPlugin := rest.CopyConfig(c.config)
-	asPlugin.BearerToken = tr.Status.Token
+	asPlugin, pod := pluginIdentity(t, c, "efakit", "node-a")
 	pc, err := kubernetes.NewForConfig(asPlugin)
 	require.NoError(t, err)
+	// The plugin's owner checks watch its Node (list and watch by name).
+	nl, err := pc.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=node-a"})
+	if assert.NoError(t, err, "the plugin's token lists its Node") {
+		assert.Len(t, nl.Items, 1)
+	}
 	plugin, admin := pc.ResourceV1().ResourceSlices(), c.client.ResourceV1().ResourceSlices()
 
 	// Least privilege: the plugin's token reads no Pod, not another
@@ -304,4 +298,48 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 		unchanged(t, otherNode)
 		unchanged(t, otherDriver)
 	})
+}
+
+// pluginIdentity is the chart's plugin as the API server knows it on
+// node: the DaemonSet's pod there (made by hand: no controller, no
+// kubelet runs it) and a token of the chart's service account bound to
+// that pod, which carries the node's name, as the kubelet gets it for the
+// pod. The chart (namespace ns) must be applied.
+func pluginIdentity(t *testing.T, c *controlPlane, ns, node string) (*rest.Config, *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	pod, err := c.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "plugin-" + node},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "efakit-plugin",
+			Containers: []corev1.Container{{Name: "plugin", Image: "efakit-plugin"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// Longer than the longest make plugin-fleet run: the plugin does not
+	// renew a token read from a kubeconfig.
+	exp := int64(24 * 3600)
+	tr, err := c.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "efakit-plugin", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := rest.CopyConfig(c.config)
+	cfg.BearerToken = tr.Status.Token
+	return cfg, pod
+}
+
+// pluginKubeconfig writes a kubeconfig for the chart's plugin on node
+// (pluginIdentity) into dir.
+func pluginKubeconfig(t *testing.T, c *controlPlane, ns, node, dir string) string {
+	t.Helper()
+	cfg, _ := pluginIdentity(t, c, ns, node)
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: plugin, user: {token: %q}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: plugin}}]
+current-context: e2e
+`, cfg.Host, cfg.BearerToken)
+	path := filepath.Join(dir, "plugin.kubeconfig")
+	require.NoError(t, os.WriteFile(path, []byte(kc), 0o600))
+	return path
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,8 +301,11 @@ func numaListFallsBack(t *testing.T, c *controlPlane, name string, fallback bool
 // waitLog waits until the plugin's log in dir holds s.
 func waitLog(t *testing.T, dir, s string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		log, _ := os.ReadFile(filepath.Join(dir, "plugin.log"))
 		return strings.Contains(string(log), s)
-	}, 10*time.Second, 100*time.Millisecond, "the plugin's log says %q", s)
+	}, 10*time.Second, 100*time.Millisecond, func() string {
+		log, _ := os.ReadFile(filepath.Join(dir, "plugin.log"))
+		return fmt.Sprintf("the plugin's log says %q; it says:\n%s", s, log)
+	})
 }

@@ -18,8 +18,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/efakit/efakit/sysfs"
 )
@@ -114,10 +116,28 @@ func runPluginFleet(t *testing.T, n int, steady time.Duration, bin string, args 
 	require.NoError(t, err)
 	sys := filepath.Join(dir, "sys")
 	require.NoError(t, sysfs.WriteDir(sys, entries))
+	// The plugins act as the chart's: its role, its admission policy, a
+	// token bound to a pod on each node (a role the plugin outgrew fails
+	// here, as it would on a cluster).
+	_, err = c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var access []runtime.Object
+	for _, o := range render(t) {
+		if _, ok := o.(*appsv1.DaemonSet); !ok {
+			access = append(access, o)
+		}
+	}
+	apply(t, c.config, access)
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("fleet-%03d", i)
 		require.NoError(t, createReadyNode(ctx, c.client, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}))
+	}
+	kubeconfigs := make([]string, n)
+	for i, name := range names {
+		d := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		kubeconfigs[i] = pluginKubeconfig(t, c, "efakit", name, d)
 	}
 
 	// All plugins start at once, as on a fleet launched together.
@@ -131,13 +151,13 @@ func runPluginFleet(t *testing.T, n int, steady time.Duration, bin string, args 
 		}
 	})
 	begin := time.Now()
-	for _, name := range names {
+	for i, name := range names {
 		d := filepath.Join(dir, name)
 		for _, sub := range []string{"reg", "plugins", "cdi", "proc/sys/kernel/random"} {
 			require.NoError(t, os.MkdirAll(filepath.Join(d, sub), 0o755))
 		}
 		require.NoError(t, os.WriteFile(filepath.Join(d, "proc/sys/kernel/random/boot_id"), []byte("8a9c6a3e-6d51-4d0e-9a4b-1f0b3c7a2d11\n"), 0o644))
-		cmd := exec.Command(bin, append([]string{"--node-name", name, "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
+		cmd := exec.Command(bin, append([]string{"--node-name", name, "--kubeconfig", kubeconfigs[i],
 			"--sysfs", sys, "--proc", filepath.Join(d, "proc"), "--cdi-root", filepath.Join(d, "cdi"),
 			"--kubelet-registrar-directory-path", filepath.Join(d, "reg"), "--kubelet-plugins-directory-path", filepath.Join(d, "plugins"),
 			"--pod-resources-socket", "", "--http-address", "", "-v", "1"}, args...)...)
@@ -176,12 +196,14 @@ func runPluginFleet(t *testing.T, n int, steady time.Duration, bin string, args 
 		return full, missing
 	}
 	waitPublished := func(what string) time.Time {
-		var last string
-		require.Eventually(t, func() bool {
+		// The message is made when the wait fails (the plugin's log as it
+		// is then), not when it starts.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			full, missing := published()
-			last = missing
-			return full == n
-		}, time.Duration(60+n)*time.Second, 100*time.Millisecond, "%s: every node's slices; %s; first plugin's log:\n%s", what, last, logOf(0))
+			if full != n {
+				c.Errorf("%s: %d of %d nodes have every slice; %s; first plugin's log:\n%s", what, full, n, missing, logOf(0))
+			}
+		}, time.Duration(60+n)*time.Second, 100*time.Millisecond, "%s: every node's slices", what)
 		return time.Now()
 	}
 	const settle = 10 * time.Second

@@ -145,7 +145,7 @@ affinity:
 	// The DaemonSet's pod runs on the node and turns ready (registered
 	// with the kubelet).
 	var pod *corev1.Pod
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		l, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil || len(l.Items) != 1 {
 			return false
@@ -157,7 +157,9 @@ affinity:
 			}
 		}
 		return false
-	}, 120*time.Second, 200*time.Millisecond, "the chart's plugin pod ready; pod: %+v\nkubelet:\n%s", podStatus(pod), n.logTail("kubelet", 4000))
+	}, 120*time.Second, 200*time.Millisecond, func() string {
+		return fmt.Sprintf("the chart's plugin pod ready; pod: %+v\nkubelet:\n%s", podStatus(pod), n.logTail("kubelet", 4000))
+	})
 	// The DaemonSet controller counts the pod after it turned ready.
 	assert.Eventually(t, func() bool {
 		ds, err := c.client.AppsV1().DaemonSets(ns).Get(ctx, ns+"-plugin", metav1.GetOptions{})

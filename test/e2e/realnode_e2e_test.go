@@ -319,10 +319,12 @@ func TestRealNodeP5(t *testing.T) {
 		n.reboot("5b0c7e4e-2f7d-4c55-8d0a-7f3e1c9a6b21")
 		n.rewriteAccelSpecs()
 		n.startEFAKit(p5Fixture)
-		require.Eventually(t, func() bool {
+		eventually(t, func() bool {
 			_, r := n.containerID(t, "rebooted")
 			return r > restarts
-		}, 180*time.Second, 200*time.Millisecond, "the pod's container started again after the reboot (the kubelet retries a failed prepare at its resync, 60-90 s); kubelet:\n%s", n.logTail("kubelet", 3000))
+		}, 180*time.Second, 200*time.Millisecond, func() string {
+			return fmt.Sprintf("the pod's container started again after the reboot (the kubelet retries a failed prepare at its resync, 60-90 s); kubelet:\n%s", n.logTail("kubelet", 3000))
+		})
 		again, _ := n.waitPrinted(t, "rebooted")
 		t.Logf("the pod ran again %s after the reboot began", time.Since(start).Round(time.Millisecond))
 		assert.Equal(t, got.Nodes, again.Nodes, "the same EFA after the reboot")

@@ -271,22 +271,26 @@ func TestRealNodeFaults(t *testing.T) {
 		n.rescan() // the scan a uevent or the next health check makes
 		w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
 		require.NoError(t, err)
-		require.Eventually(t, func() bool {
+		eventually(t, func() bool {
 			spec, err := w.Load(string(cl.UID))
 			if err != nil || len(spec.Devices) == 0 || len(spec.Devices[0].ContainerEdits.DeviceNodes) == 0 {
 				return false
 			}
 			d := spec.Devices[0].ContainerEdits.DeviceNodes[0]
 			return fmt.Sprintf("%s %d:%d", d.Path, d.Major, d.Minor) == now
-		}, 30*time.Second, 100*time.Millisecond, "the claim's spec corrected while the plugin runs; plugin:\n%s", n.logTail("efakit-plugin", 3000))
-		require.Eventually(t, func() bool {
+		}, 30*time.Second, 100*time.Millisecond, func() string {
+			return fmt.Sprintf("the claim's spec corrected while the plugin runs; plugin:\n%s", n.logTail("efakit-plugin", 3000))
+		})
+		eventually(t, func() bool {
 			for _, m := range n.nodeEvents(events.ReasonRenumbered) {
 				if strings.Contains(m, "EFAs of claim "+nodeNS+"/"+cl.Name+" renumbered") && strings.Contains(m, "pods "+nodeNS+"/renum ") {
 					return true
 				}
 			}
 			return false
-		}, 30*time.Second, 200*time.Millisecond, "an Event on the Node names the claim and its pod; events: %v", n.nodeEvents(events.ReasonRenumbered))
+		}, 30*time.Second, 200*time.Millisecond, func() string {
+			return fmt.Sprintf("an Event on the Node names the claim and its pod; events: %v", n.nodeEvents(events.ReasonRenumbered))
+		})
 		t.Logf("EFA %s renumbered from uverbs%d to uverbs%d; the Node's Event: %s", addr, mine, other, n.nodeEvents(events.ReasonRenumbered))
 
 		// The container restarts before the plugin does: it gets its own
@@ -429,9 +433,9 @@ func TestRealNodeFaults(t *testing.T) {
 		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("on-full", templateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
 		require.NoError(t, err)
 		const why = "no space left on device (the file system is full: free space; the kubelet retries the prepare)"
-		require.Eventually(t, func() bool {
+		eventually(t, func() bool {
 			return strings.Contains(strings.Join(n.podEvents("on-full"), "\n"), why)
-		}, 60*time.Second, 200*time.Millisecond, "the pod's events say why; events: %v", n.podEvents("on-full"))
+		}, 60*time.Second, 200*time.Millisecond, func() string { return fmt.Sprintf("the pod's events say why; events: %v", n.podEvents("on-full")) })
 		require.Eventually(t, func() bool {
 			code, body := n.readyz(t)
 			return code == http.StatusServiceUnavailable && strings.Contains(body, "(its file system is full)")
@@ -457,9 +461,9 @@ func TestRealNodeFaults(t *testing.T) {
 		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("on-ro", templateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
 		require.NoError(t, err)
 		const why = "read-only file system (the directory is read-only: make it writable; the kubelet retries the prepare)"
-		require.Eventually(t, func() bool {
+		eventually(t, func() bool {
 			return strings.Contains(strings.Join(n.podEvents("on-ro"), "\n"), why)
-		}, 60*time.Second, 200*time.Millisecond, "the pod's events say why; events: %v", n.podEvents("on-ro"))
+		}, 60*time.Second, 200*time.Millisecond, func() string { return fmt.Sprintf("the pod's events say why; events: %v", n.podEvents("on-ro")) })
 		require.Eventually(t, func() bool {
 			code, body := n.readyz(t)
 			return code == http.StatusServiceUnavailable && body == "cannot prepare: "+n.cdi+" is on a read-only file system"

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func (n *realNode) checkClaimMetrics(t *testing.T) {
 	// A scrape may be served from a read made before the prepare (the
 	// collector caches one read for a scrape interval).
 	var last []map[string]string
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		last = n.scrape(t, "efakit_efa_tx_bytes_total")
 		for _, s := range last {
 			if s["dra_device"] == dev {
@@ -63,7 +64,7 @@ func (n *realNode) checkClaimMetrics(t *testing.T) {
 			}
 		}
 		return false
-	}, 30*time.Second, 500*time.Millisecond, "the claim's labels on %s; last scrape: %v", dev, last)
+	}, 30*time.Second, 500*time.Millisecond, func() string { return fmt.Sprintf("the claim's labels on %s; last scrape: %v", dev, last) })
 	require.Len(t, last, 32, "one tx_bytes series per EFA port of the p5")
 	for _, s := range last {
 		if s["dra_device"] != dev {

@@ -172,8 +172,11 @@ func (n *realNode) publishedEFAs(t *testing.T) map[string]resourceapi.Device {
 // waitEFAs waits until the node's dra.net slices hold want devices.
 func (n *realNode) waitEFAs(t *testing.T, want int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return len(n.publishedEFAs(t)) == want }, 60*time.Second, 100*time.Millisecond,
-		"%d dra.net devices published; plugin log:\n%s", want, n.logTail("efakit-plugin", 2000))
+	got := 0
+	eventually(t, func() bool { got = len(n.publishedEFAs(t)); return got == want }, 60*time.Second, 100*time.Millisecond,
+		func() string {
+			return fmt.Sprintf("%d dra.net devices published, not %d; plugin log:\n%s", got, want, n.logTail("efakit-plugin", 2000))
+		})
 }
 
 // ensureNamespace makes the pods' namespace and its default service

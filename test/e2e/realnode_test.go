@@ -298,9 +298,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(n.bins.shim)+":"+os.Getenv("PATH"))
 	require.NoError(t, cmd.Start())
 	n.procs["containerd"] = cmd
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		return exec.Command(n.bins.ctr, "--address", n.sock, "version").Run() == nil
-	}, 60*time.Second, 100*time.Millisecond, "containerd; log:\n%s", n.logTail("containerd", 3000))
+	}, 60*time.Second, 100*time.Millisecond, func() string { return fmt.Sprintf("containerd; log:\n%s", n.logTail("containerd", 3000)) })
 }
 
 // importImages packs the sandbox image (cmd/pause) and a busybox image
@@ -431,7 +431,7 @@ volumePluginDir: %[5]s
 func (n *realNode) waitReady() {
 	t, ctx := n.t, context.Background()
 	var node *corev1.Node
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		var err error
 		node, err = n.c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
@@ -443,7 +443,9 @@ func (n *realNode) waitReady() {
 			}
 		}
 		return false
-	}, 120*time.Second, 200*time.Millisecond, "node %s Ready; kubelet log:\n%s", n.name, n.logTail("kubelet", 4000))
+	}, 120*time.Second, 200*time.Millisecond, func() string {
+		return fmt.Sprintf("node %s Ready; kubelet log:\n%s", n.name, n.logTail("kubelet", 4000))
+	})
 	require.NoError(t, retryOnConflict(func() error {
 		node, err := n.c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
@@ -695,5 +697,30 @@ func removeCgroups(name string) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
+	}
+}
+
+// eventually is require.Eventually whose failure message is made when the
+// wait has failed (a log as it is then), not when it starts: testify
+// evaluates a message's arguments before it polls, so a log passed to it
+// is the log from before the wait.
+func eventually(t testing.TB, cond func() bool, timeout, tick time.Duration, msg func() string) {
+	t.Helper()
+	if !poll(cond, timeout, tick) {
+		t.Fatalf("Condition never satisfied in %s: %s", timeout, msg())
+	}
+}
+
+// poll calls cond every tick until it holds or timeout has passed.
+func poll(cond func() bool, timeout, tick time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(tick)
 	}
 }

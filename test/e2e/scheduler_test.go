@@ -302,10 +302,10 @@ func (n *e2eNode) start() {
 	// A socket left by a killed plugin is there before the new one
 	// listens: ask until the plugin answers, as the kubelet does.
 	var info *registerapi.PluginInfo
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		info, err = reg.GetInfo(ctx, &registerapi.InfoRequest{})
 		return err == nil
-	}, 60*time.Second, 100*time.Millisecond, "GetInfo; log:\n%s", n.log())
+	}, 60*time.Second, 100*time.Millisecond, func() string { return fmt.Sprintf("GetInfo; log:\n%s", n.log()) })
 	_, err = reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
 	require.NoError(t, err)
 	draConn, err := grpc.NewClient("unix://"+info.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
