@@ -71,7 +71,10 @@ burst: e2e-deps
 ## interleaved: a burst of SCALEPODS pods, then SCALECHURN churn
 ## (duration@pods-per-second). Prints each size's figures and ratios and
 ## appends every run to bin/scale.jsonl; SCALEPPROF=dir keeps the
-## scheduler's CPU profiles. make e2e runs TestScaleSmoke: every shape
+## scheduler's CPU profiles. SCALESCORE=0,10,50 runs every shape with each
+## percentageOfNodesToScore (0: the scheduler's default), SCALERATE=default,200/400
+## with each of the scheduler's client rates (QPS/burst), each a contender
+## compared with the defaults. make e2e runs TestScaleSmoke: every shape
 ## once on 12 nodes.
 SCALENODES ?= 500,2000,5000
 SCALEROUNDS ?= 3
@@ -80,11 +83,14 @@ SCALEMIX ?= p5.48xlarge=1
 SCALESHAPES ?= efakit,efakit-mixed,dranet,upstream,plain
 SCALECHURN ?= 60s@5
 SCALEPPROF ?=
+SCALESCORE ?=
+SCALERATE ?=
 .PHONY: scale
 scale: e2e-deps
 	@mkdir -p bin
 	cd test/e2e && EFAKIT_SCALE_NODES=$(SCALENODES) EFAKIT_SCALE_ROUNDS=$(SCALEROUNDS) EFAKIT_SCALE_PODS=$(SCALEPODS) \
 	  EFAKIT_SCALE_MIX=$(SCALEMIX) EFAKIT_SCALE_SHAPES=$(SCALESHAPES) EFAKIT_SCALE_CHURN=$(SCALECHURN) \
+	  EFAKIT_SCALE_NODES_TO_SCORE=$(SCALESCORE) EFAKIT_SCALE_SCHEDULER_RATE=$(SCALERATE) \
 	  EFAKIT_SCALE_PPROF=$(if $(SCALEPPROF),$(abspath $(SCALEPPROF))) EFAKIT_SCALE_OUT=$(CURDIR)/bin/scale.jsonl \
 	  $(GO) test -count=1 -timeout 900m -run '^TestScale$$' -v .
 

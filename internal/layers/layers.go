@@ -32,8 +32,8 @@ var Allowed = map[string][]string{
 	"driver/metrics":    {"efa", "pcie", "sysfs"},
 	"driver/events":     nil,
 	"driver/uevents":    {"host/uevent"},
-	"driver/publishing": {"driver/resources"},
-	"driver/owners":     {"driver/resources", "efa"},
+	"driver/publishing": {"driver/resources", "internal/informerwait"},
+	"driver/owners":     {"driver/resources", "efa", "internal/informerwait"},
 
 	// The kubelet plugin: an adapter over the parts above.
 	"driver": {"cdi", "driver/checkpoint", "driver/events", "driver/metrics", "driver/owners", "driver/podresources",
@@ -47,6 +47,7 @@ var Allowed = map[string][]string{
 	// Tools and test support.
 	"internal/allocfeatures":    nil,
 	"internal/atomicfile":       nil,
+	"internal/informerwait":     nil,
 	"internal/fakesys":          {"pcie", "sysfs"},
 	"internal/fixturegen":       {"internal/fakesys", "sysfs"},
 	"internal/fixturegen/scale": {"internal/fakesys", "sysfs"},

@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,7 +46,15 @@ import (
 //	EFAKIT_SCALE_MIX     fleet mix by instance type and weight (p5.48xlarge=1)
 //	EFAKIT_SCALE_SHAPES  shapes (efakit,efakit-mixed,dranet,upstream,plain)
 //	EFAKIT_SCALE_CHURN   after the burst: duration@pods-per-second (60s@5; 0 for none)
-//	EFAKIT_SCALE_SCHEDULER_RATE  kube-scheduler's client QPS/burst (its default, 50/100, when unset)
+//	EFAKIT_SCALE_SCHEDULER_RATE  kube-scheduler's client QPS/burst values, comma-separated ("" or
+//	                             "default" for its own, 50/100)
+//	EFAKIT_SCALE_NODES_TO_SCORE  percentageOfNodesToScore values, comma-separated (0 for the
+//	                             scheduler's adaptive default)
+//
+// Every shape runs with every rate and percentage asked for, each a
+// contender of its own ("efakit@10%", "efakit@q200"), compared with the
+// shape at the scheduler's defaults, which should be among them.
+//
 //	EFAKIT_SCALE_PPROF   a directory: a CPU profile of the scheduler in each burst
 //	EFAKIT_SCALE_OUT     a file: every run's figures as JSON lines
 type scaleSettings struct {
@@ -54,7 +65,8 @@ type scaleSettings struct {
 	shapes    []*shape
 	churn     time.Duration
 	churnRate float64
-	schedArgs []string
+	rates     []string // the scheduler's client QPS/burst; "" is its default
+	scores    []int    // percentageOfNodesToScore values; 0 is the scheduler's adaptive default
 	pprof     string
 	out       string
 }
@@ -107,9 +119,27 @@ func scaleSettingsFromEnv(t *testing.T, def scaleSettings, defMix, defShapes str
 		}
 	}
 	if v, ok := env("EFAKIT_SCALE_SCHEDULER_RATE"); ok {
-		q, b, ok := strings.Cut(v, "/")
-		require.True(t, ok, "EFAKIT_SCALE_SCHEDULER_RATE is QPS/burst")
-		s.schedArgs = []string{"--kube-api-qps", q, "--kube-api-burst", b}
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" || f == "default" {
+				s.rates = append(s.rates, "")
+				continue
+			}
+			q, b, ok := strings.Cut(f, "/")
+			require.True(t, ok, "EFAKIT_SCALE_SCHEDULER_RATE is QPS/burst, comma-separated")
+			_, err1 := strconv.ParseFloat(q, 32)
+			_, err2 := strconv.Atoi(b)
+			require.NoError(t, errors.Join(err1, err2), "EFAKIT_SCALE_SCHEDULER_RATE is QPS/burst, comma-separated")
+			s.rates = append(s.rates, f)
+		}
+	}
+	if v, ok := env("EFAKIT_SCALE_NODES_TO_SCORE"); ok {
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(t, err, "EFAKIT_SCALE_NODES_TO_SCORE")
+			require.True(t, n >= 0 && n <= 100, "EFAKIT_SCALE_NODES_TO_SCORE: a percentage, 0 for the default")
+			s.scores = append(s.scores, n)
+		}
 	}
 	s.pprof, _ = env("EFAKIT_SCALE_PPROF")
 	s.out, _ = env("EFAKIT_SCALE_OUT")
@@ -130,6 +160,15 @@ func TestScaleSmoke(t *testing.T) {
 		"p5.48xlarge=1,p5en.48xlarge=1,p6-b200.48xlarge=1,trn2.48xlarge=1", "efakit,efakit-mixed,dranet,upstream,plain")
 	results := runScale(t, s, true)
 	require.Len(t, results, len(s.shapes))
+	// The scheduler from a configuration file (percentageOfNodesToScore,
+	// the client's rate), as make scale's contenders "efakit@q100@50%" run it.
+	// Below 100 nodes the percentage changes nothing; the file must still
+	// be one kube-scheduler takes.
+	efakit, err := shapeByName("efakit")
+	require.NoError(t, err)
+	r := runScaleOnce(t, s, contender{shape: efakit, rate: "100/200", score: 50, name: "efakit@q100@50%"}, s.nodes[0], 0, true)
+	t.Logf("%s: %.2f pods/s, scheduler %.1f ms/pod", r.Shape, r.PodsPerSecond, r.SchedulerCPUms)
+	results = append(results, r)
 	for _, r := range results {
 		assert.Equal(t, s.pods, r.Bound, "%s: every pod of the burst bound", r.Shape)
 		assert.Positive(t, r.SchedulerCPUms, "%s: the scheduler's CPU read", r.Shape)
@@ -155,7 +194,9 @@ func TestScale(t *testing.T) {
 
 // scaleResult is one shape's run at one size.
 type scaleResult struct {
-	Shape, Mix         string
+	Shape, Mix         string // Shape: the contender ("efakit", "efakit@10%")
+	NodesToScore       int    `json:",omitempty"` // percentageOfNodesToScore, 0 for the default
+	SchedulerRate      string `json:",omitempty"` // the scheduler's client QPS/burst, "" for its default
 	Nodes, Round       int
 	Pods, Bound        int
 	PodsPerSecond      float64
@@ -183,14 +224,15 @@ func runScale(t *testing.T, s scaleSettings, check bool) []scaleResult {
 		out = f
 	}
 	var all []scaleResult
+	cs := s.contenders()
 	for _, n := range s.nodes {
 		var results []scaleResult
 		for round := range s.rounds {
-			for i := range s.shapes {
-				sh := s.shapes[(i+round)%len(s.shapes)]
+			for i := range cs {
+				ct := cs[(i+round)%len(cs)]
 				start := time.Now()
-				r := runScaleOnce(t, s, sh, n, round, check)
-				t.Logf("%d nodes, round %d, %s: %.2f pods/s, p99 %.2f s, scheduler %.1f ms/pod, %s (%s)", n, round+1, sh.name,
+				r := runScaleOnce(t, s, ct, n, round, check)
+				t.Logf("%d nodes, round %d, %s: %.2f pods/s, p99 %.2f s, scheduler %.1f ms/pod, %s (%s)", n, round+1, ct.name,
 					r.PodsPerSecond, r.P99, r.SchedulerCPUms, mib(r.APIServerRSS), time.Since(start).Round(time.Second))
 				b, _ := json.Marshal(r)
 				fmt.Fprintf(out, "%s\n", b)
@@ -203,22 +245,120 @@ func runScale(t *testing.T, s scaleSettings, check bool) []scaleResult {
 	return all
 }
 
+// contender is what one run measures: a shape, the scheduler's client
+// rate ("QPS/burst", "" for its default) and percentageOfNodesToScore (0
+// for its default).
+type contender struct {
+	*shape
+	rate  string
+	score int
+	name  string
+}
+
+// contenders are the shapes, each with every rate and percentage asked
+// for.
+func (s scaleSettings) contenders() []contender {
+	scores, rates := s.scores, s.rates
+	if len(scores) == 0 {
+		scores = []int{0}
+	}
+	if len(rates) == 0 {
+		rates = []string{""}
+	}
+	var cs []contender
+	for _, sh := range s.shapes {
+		for _, r := range rates {
+			for _, sc := range scores {
+				c := contender{shape: sh, rate: r, score: sc, name: sh.name}
+				if r != "" {
+					q, _, _ := strings.Cut(r, "/")
+					c.name += "@q" + q
+				}
+				if sc != 0 {
+					c.name += fmt.Sprintf("@%d%%", sc)
+				}
+				cs = append(cs, c)
+			}
+		}
+	}
+	return cs
+}
+
+// schedulerConfig is the KubeSchedulerConfiguration for a contender, ""
+// where the scheduler's defaults and flags do: with --config, kube-scheduler
+// ignores --kubeconfig and --kube-api-qps/--kube-api-burst, so the file
+// holds the client's settings too.
+func schedulerConfig(ct contender, kubeconfig string) string {
+	if ct.score == 0 && ct.rate == "" {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection: {leaderElect: false}\n")
+	fmt.Fprintf(&b, "clientConnection:\n  kubeconfig: %q\n", kubeconfig)
+	if q, burst, ok := strings.Cut(ct.rate, "/"); ok {
+		fmt.Fprintf(&b, "  qps: %s\n  burst: %s\n", q, burst)
+	}
+	if ct.score != 0 {
+		fmt.Fprintf(&b, "percentageOfNodesToScore: %d\n", ct.score)
+	}
+	return b.String()
+}
+
+// checkSchedulerConfig reads back, from the scheduler's /configz, that it
+// runs with the contender's rate and percentageOfNodesToScore.
+func checkSchedulerConfig(t *testing.T, c *controlPlane, ct contender) {
+	t.Helper()
+	var got struct {
+		Config struct {
+			PercentageOfNodesToScore *int32 `json:"percentageOfNodesToScore"`
+			ClientConnection         struct {
+				QPS   float32 `json:"qps"`
+				Burst int32   `json:"burst"`
+			} `json:"clientConnection"`
+		} `json:"componentconfig"`
+	}
+	require.EventuallyWithT(t, func(col *assert.CollectT) {
+		resp, err := getWithToken(c.scheduler + "/configz")
+		require.NoError(col, err)
+		defer resp.Body.Close()
+		require.Equal(col, http.StatusOK, resp.StatusCode)
+		require.NoError(col, json.NewDecoder(resp.Body).Decode(&got))
+	}, time.Minute, 200*time.Millisecond, "the scheduler's /configz")
+	if ct.score != 0 {
+		require.NotNil(t, got.Config.PercentageOfNodesToScore, "%s: percentageOfNodesToScore in /configz", ct.name)
+		require.Equal(t, int32(ct.score), *got.Config.PercentageOfNodesToScore, "%s: percentageOfNodesToScore", ct.name)
+	}
+	if q, b, ok := strings.Cut(ct.rate, "/"); ok {
+		require.Equal(t, q+"/"+b, fmt.Sprintf("%g/%d", got.Config.ClientConnection.QPS, got.Config.ClientConnection.Burst), "%s: the scheduler's client rate", ct.name)
+	}
+}
+
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 // runScaleOnce is one shape at one size: a control plane of its own, the
 // fleet, a burst, churn.
-func runScaleOnce(t *testing.T, s scaleSettings, sh *shape, nodes, round int, check bool) scaleResult {
+func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int, check bool) scaleResult {
 	ctx := context.Background()
+	sh := ct.shape
 	c, err := startControlPlane()
 	require.NoError(t, err)
 	defer c.stop()
-	require.NoError(t, c.startScheduler(s.schedArgs...))
+	var schedArgs []string
+	if conf := schedulerConfig(ct, filepath.Join(c.dir, "admin.kubeconfig")); conf != "" {
+		path := filepath.Join(c.dir, "scheduler-config.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
+		schedArgs = []string{"--config", path}
+	}
+	require.NoError(t, c.startScheduler(schedArgs...))
+	if schedArgs != nil {
+		checkSchedulerConfig(t, c, ct)
+	}
 	require.NoError(t, c.startControllerManager())
 	cfg := rest.CopyConfig(c.config)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	client, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	res := scaleResult{Shape: sh.name, Mix: s.mix.String(), Nodes: nodes, Round: round + 1, Pods: s.pods}
+	res := scaleResult{Shape: ct.name, Mix: s.mix.String(), Nodes: nodes, Round: round + 1, Pods: s.pods, NodesToScore: ct.score, SchedulerRate: ct.rate}
 	if sh.uniform {
 		res.Mix = ""
 	}
@@ -288,7 +428,7 @@ func runScaleOnce(t *testing.T, s scaleSettings, sh *shape, nodes, round int, ch
 	before, err := sched.scrape()
 	require.NoError(t, err)
 	cpu0 := procCPU(t, c.proc("kube-scheduler"))
-	stopProfile := profileScheduler(t, c, s.pprof, fmt.Sprintf("%s-%d-r%d", sh.name, nodes, round+1))
+	stopProfile := profileScheduler(t, c, s.pprof, fmt.Sprintf("%s-%d-r%d", strings.TrimSuffix(strings.ReplaceAll(ct.name, "@", "-"), "%"), nodes, round+1))
 	first := time.Now()
 	parallel(t, s.pods, 32, func(i int) error {
 		return w.create(ctx, scalePod(fmt.Sprintf("burst-%05d", i), s.mix.of(i), sh, templates))
@@ -296,7 +436,7 @@ func runScaleOnce(t *testing.T, s scaleSettings, sh *shape, nodes, round int, ch
 	res.Bound = w.wait(s.pods, burstTimeout(s.pods))
 	stopProfile()
 	if res.Bound < s.pods {
-		t.Fatalf("%s, %d nodes: %d of %d pods bound in %s; %s", sh.name, nodes, res.Bound, s.pods,
+		t.Fatalf("%s, %d nodes: %d of %d pods bound in %s; %s", ct.name, nodes, res.Bound, s.pods,
 			burstTimeout(s.pods), unboundReason(ctx, client, ns))
 	}
 	last := w.lastBound()
@@ -641,6 +781,13 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 	}
 	pairs := [][2]string{{"efakit", "upstream"}, {"efakit", "dranet"}, {"efakit", "efakit-full"}, {"efakit-mixed", "efakit"},
 		{"efakit-exclusive", "efakit"}, {"dranet", "upstream"}, {"efakit", "plain"}}
+	// Each shape with another client rate or percentageOfNodesToScore,
+	// against the shape at the scheduler's defaults.
+	for _, sh := range shapes {
+		if base, _, ok := strings.Cut(sh, "@"); ok {
+			pairs = append(pairs, [2]string{sh, base})
+		}
+	}
 	fmt.Fprintf(&b, "ratios, median [min-max] over rounds\n%-22s", "")
 	var have [][2]string
 	for _, p := range pairs {
