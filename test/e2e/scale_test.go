@@ -760,8 +760,8 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		{"etcd in use MiB", func(r scaleResult) float64 { return float64(r.EtcdBytes) / (1 << 20) }, true},
 		{"slice KB/node", func(r scaleResult) float64 { return r.SliceBytesPerNode / 1000 }, true},
 		{"fleet set-up s", func(r scaleResult) float64 { return r.SetupSeconds }, false},
-		{"churn p50 s", func(r scaleResult) float64 { return r.ChurnP50 }, false},
-		{"churn p99 s", func(r scaleResult) float64 { return r.ChurnP99 }, false},
+		{"churn p50 s", func(r scaleResult) float64 { return churned(r, r.ChurnP50) }, false},
+		{"churn p99 s", func(r scaleResult) float64 { return churned(r, r.ChurnP99) }, false},
 	}
 	fmt.Fprintf(&b, "%-22s", "")
 	for _, sh := range shapes {
@@ -814,6 +814,14 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// churned is a churn figure, NaN (shown "-") where no churn ran.
+func churned(r scaleResult, v float64) float64 {
+	if r.ChurnPods == 0 {
+		return math.NaN()
+	}
+	return v
 }
 
 // spread is a sample's median with its range; "-" where nothing is known.
