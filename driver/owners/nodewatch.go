@@ -40,10 +40,17 @@ func NewNodeWatch(client kubernetes.Interface, name string) *NodeWatch {
 
 // Run watches the node until ctx ends. changed, when set, is called
 // whenever what Node checks (the node's labels, the device plugin's
-// capacity) changes, so that the plugin checks again at once.
+// capacity) changes, and when the Node appears after the watch's first
+// list (a Node deleted and made again, which a check in between could not
+// read), so that the plugin checks again at once.
 func (w *NodeWatch) Run(ctx context.Context, changed func()) {
 	if changed != nil {
-		_, _ = w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		_, _ = w.inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(_ any, initial bool) {
+				if !initial {
+					changed()
+				}
+			},
 			UpdateFunc: func(old, cur any) {
 				o, ok1 := old.(*corev1.Node)
 				n, ok2 := cur.(*corev1.Node)
