@@ -226,7 +226,7 @@ func TestClaimsWithRealAllocator(t *testing.T) {
 	t.Parallel()
 	claims := loadClaims(t)
 	require.Contains(t, claims, "aligned-efa-nvidia")
-	ours := resources.DeviceClasses("", "")[0]
+	ours := resources.DeviceClasses(resources.ClassOptions{})[0]
 	for name, path := range testfixture.Captures(t, "..") {
 		root, err := sysfs.Open(path)
 		require.NoError(t, err)

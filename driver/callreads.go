@@ -56,9 +56,14 @@ func (p *Plugin) toRead(claims []*resourceapi.ResourceClaim, call map[string]*re
 				continue
 			}
 			for _, key := range []string{"pci:" + inv.PCIAddress, "dev:" + devNumber(inv.Major, inv.Minor)} {
-				if uid, ok := held[key]; ok && !seen[uid] {
-					seen[uid] = true
-					holders = append(holders, p.claims.state.Claims[uid])
+				// Only a holder that would refuse the claim is asked
+				// about: shares of one EFA do not refuse each other.
+				for _, h := range held[key] {
+					if coShares(h, w.ShareID != "", inv.PCIAddress) || seen[h.uid] {
+						continue
+					}
+					seen[h.uid] = true
+					holders = append(holders, p.claims.state.Claims[h.uid])
 				}
 			}
 		}

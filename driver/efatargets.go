@@ -1,29 +1,52 @@
 package driver
 
 import (
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/efakit/efakit/driver/metrics"
 )
 
 // efaTargets lists the published EFAs with the claim each is prepared for
-// (the group's claim for a member of a prepared group device). While the
-// kubelet has yet to unprepare a claim whose EFA was handed on to another
-// (see readClaim), the EFA carries the claim of lower UID: one series per
-// EFA, so sums over claims or nodes count its traffic once.
+// (the group's claim for a member of a prepared group device). An EFA
+// shared by capacity carries every claim that holds a share of it, each
+// label a comma-separated list in UID order. While the kubelet has yet to
+// unprepare a claim whose EFA was handed on to another (see readClaim),
+// the EFA carries the claim of lower UID. One series per EFA either way,
+// so sums over claims or nodes count its traffic once.
 func (p *Plugin) efaTargets() []metrics.Target {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	type owner struct{ ns, name, uid string }
-	owners := map[string]owner{} // by PCI address
+	owners := map[string]owner{}   // by PCI address: the claim holding it alone
+	shares := map[string][]owner{} // by PCI address: the claims holding shares
 	if p.claims.state != nil {
 		for uid, c := range p.claims.state.Claims {
 			for _, d := range c.Devices {
+				if d.ShareID != "" {
+					o := owner{c.Namespace, c.Name, uid}
+					if !slices.Contains(shares[d.PCIAddress], o) {
+						shares[d.PCIAddress] = append(shares[d.PCIAddress], o)
+					}
+					continue
+				}
 				if o, ok := owners[d.PCIAddress]; !ok || uid < o.uid {
 					owners[d.PCIAddress] = owner{c.Namespace, c.Name, uid}
 				}
 			}
 		}
+	}
+	for pci, os := range shares {
+		if _, alone := owners[pci]; alone {
+			continue
+		}
+		slices.SortFunc(os, func(a, b owner) int { return strings.Compare(a.uid, b.uid) })
+		var o [3][]string
+		for _, s := range os {
+			o[0], o[1], o[2] = append(o[0], s.ns), append(o[1], s.name), append(o[2], s.uid)
+		}
+		owners[pci] = owner{strings.Join(o[0], ","), strings.Join(o[1], ","), strings.Join(o[2], ",")}
 	}
 	names := make([]string, 0, len(p.inv.devices))
 	for n, inv := range p.inv.devices {

@@ -112,27 +112,79 @@ func (p *Plugin) requestRefs(c *resourceapi.ResourceClaim) []string {
 	return out
 }
 
-// source is one CDI device of this driver that a container gets: a
-// request of a claim, and whether it sets the libfabric environment.
+// source is what a container gets of a claim from this driver: a request
+// of the claim (one CDI device), or, of the claim the scheduler made for a
+// pod's extended resources, the requests of one DeviceClass (the
+// container gets one of them, its own), and whether it sets the libfabric
+// environment.
 type source struct {
 	claim, request string
 	env            bool
 }
 
-// sources are a claim's requests on this node, by base request: from the
-// checkpoint for a claim prepared already, else from the claim in this
-// kubelet call. A claim that is neither holds no EFA of this node yet: the
-// kubelet sends every claim of a pod that holds this driver's devices in
-// one call, so it is another pod's, which is checked when it is prepared.
+// name says what the source is, for a message.
+func (s source) name() string {
+	if class, ok := strings.CutPrefix(s.request, extendedPrefix); ok {
+		return "claim " + s.claim + " (extended resources) request of class " + class
+	}
+	return "claim " + s.claim + " request " + s.request
+}
+
+// extendedPrefix marks a source that stands for the requests of one class
+// of an extended-resource claim.
+const extendedPrefix = "class "
+
+// extendedClasses maps each request of c holding this node's devices of
+// this driver to its DeviceClass, when c is the claim the scheduler made
+// for a pod's extended resources (its annotation says so); nil otherwise.
+// The scheduler makes one request per container and extended resource, and
+// the kubelet gives each container only its own (the pod's
+// status.extendedResourceClaimStatus maps them): so of the requests of one
+// class a container gets one, whichever it is. The kubelet's PodResources
+// API names the claim for each container that has a request of it, not
+// which request.
+func (p *Plugin) extendedClasses(c *resourceapi.ResourceClaim) map[string]string {
+	if c.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" {
+		return nil
+	}
+	class := map[string]string{}
+	for _, r := range c.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			class[r.Name] = r.Exactly.DeviceClassName
+		}
+	}
+	out := map[string]string{}
+	for _, ref := range p.requestRefs(c) {
+		out[ref] = class[baseRequest(ref)]
+	}
+	return out
+}
+
+// sourceOf is the source a request of a claim is to a container: the
+// request itself, or its class for an extended-resource claim.
+func sourceOf(claim, request string, classes map[string]string, env bool) source {
+	if class, ok := classes[request]; ok {
+		return source{claim: claim, request: extendedPrefix + class, env: env}
+	}
+	return source{claim: claim, request: baseRequest(request), env: env}
+}
+
+// sources are a claim's sources on this node: from the checkpoint for a
+// claim prepared already, else from the claim in this kubelet call. A
+// claim that is neither holds no EFA of this node yet: the kubelet sends
+// every claim of a pod that holds this driver's devices in one call, so it
+// is another pod's, which is checked when it is prepared.
 func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.ResourceClaim) []source {
 	var out []source
+	add := func(s source) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
 	for _, pc := range p.claims.state.Claims {
 		if pc.Namespace == namespace && pc.Name == name {
 			for _, d := range pc.Devices {
-				s := source{claim: name, request: baseRequest(d.Request), env: len(pc.Env[baseRequest(d.Request)]) > 0}
-				if !slices.Contains(out, s) {
-					out = append(out, s)
-				}
+				add(sourceOf(name, d.Request, pc.ExtendedClasses, len(pc.Env[baseRequest(d.Request)]) > 0))
 			}
 			return out
 		}
@@ -143,11 +195,9 @@ func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.Re
 	}
 	refs := p.requestRefs(o)
 	envs, _ := requestEnvs(o.Status.Allocation, p.cfg.Driver(), refs)
+	classes := p.extendedClasses(o)
 	for _, ref := range refs {
-		s := source{claim: name, request: baseRequest(ref), env: envs[ref] == resources.EnvLibfabric}
-		if !slices.Contains(out, s) {
-			out = append(out, s)
-		}
+		add(sourceOf(name, ref, classes, envs[ref] == resources.EnvLibfabric))
 	}
 	return out
 }
@@ -217,7 +267,7 @@ func mixed(pod podresources.Pod, ctr string, srcs []source) error {
 	}
 	var withEnv, all []string
 	for _, s := range srcs {
-		n := "claim " + s.claim + " request " + s.request
+		n := s.name()
 		all = append(all, n)
 		if s.env {
 			withEnv = append(withEnv, n)

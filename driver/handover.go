@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/efakit/efakit/driver/checkpoint"
@@ -20,24 +21,76 @@ func (p *Plugin) describeClaim(uid string, rd *callReads) string {
 	return c.Namespace + "/" + c.Name + " (" + uid + ")" + rd.claimUsers(c.Namespace, c.Name)
 }
 
-// held maps what prepared claims hold to the claim holding it, leaving out
-// the claim except: "pci:<address>" for each EFA and "dev:<major>:<minor>"
-// for each device number its containers may hold, stale ones included.
-func (p *Plugin) held(except string) map[string]string {
-	out := map[string]string{}
+// holder is a prepared claim that holds an EFA or a device number: as a
+// share (the EFA is shared by capacity, so other shares may hold it too)
+// or alone.
+type holder struct {
+	uid    string
+	shared bool
+	pci    string // the EFA's PCI address
+}
+
+// held maps what prepared claims hold to the claims holding it, leaving
+// out the claim except: "pci:<address>" for each EFA and
+// "dev:<major>:<minor>" for each device number its containers may hold,
+// stale ones included.
+func (p *Plugin) held(except string) map[string][]holder {
+	out := map[string][]holder{}
 	for uid, c := range p.claims.state.Claims {
 		if uid == except {
 			continue
 		}
 		for _, d := range c.Devices {
-			out["pci:"+d.PCIAddress] = uid
-			out["dev:"+devNumber(d.Major, d.Minor)] = uid
-			for _, s := range d.Stale {
-				out["dev:"+s] = uid
+			h := holder{uid: uid, shared: d.ShareID != "", pci: d.PCIAddress}
+			for _, key := range append([]string{"pci:" + d.PCIAddress, "dev:" + devNumber(d.Major, d.Minor)}, prefixed("dev:", d.Stale)...) {
+				if !slices.Contains(out[key], h) {
+					out[key] = append(out[key], h)
+				}
 			}
 		}
 	}
 	return out
+}
+
+// holdsShare tells whether the prepared claim uid holds the EFA at pci as
+// a share.
+func (p *Plugin) holdsShare(uid, pci string) bool {
+	for _, d := range p.claims.state.Claims[uid].Devices {
+		if d.PCIAddress == pci && d.ShareID != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func prefixed(prefix string, ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = prefix + s
+	}
+	return out
+}
+
+// blocking returns a holder that keeps a claim from what it holds (the EFA
+// at pci, or its device number): any holder where the claim wants the EFA
+// alone, a holder that holds it alone where the claim wants a share.
+// Shares of one EFA never block each other; a share of another EFA whose
+// stale number this is does. released are the holders the API says no
+// longer hold their EFAs (see readClaim); a holder not in it holds them.
+func blocking(hs []holder, shared bool, pci string, released map[string]bool) (string, bool) {
+	for _, h := range hs {
+		if released[h.uid] || coShares(h, shared, pci) {
+			continue
+		}
+		return h.uid, true
+	}
+	return "", false
+}
+
+// coShares tells whether h and a claim that wants the EFA at pci (as a
+// share when shared) would both hold shares of that EFA.
+func coShares(h holder, shared bool, pci string) bool {
+	return shared && h.shared && h.pci == pci
 }
 
 // readClaim reads a prepared claim in the API and tells whether, though

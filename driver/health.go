@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -24,18 +23,7 @@ import (
 // plugin through Stop.
 func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
-	if errors.As(err, &dropped) && slices.Equal(dropped.DisabledFeatures(), []string{"DRADeviceTaints"}) {
-		// The API server does not keep device taints (DRADeviceTaints off,
-		// as on 1.34 and 1.35 by default): unhealthy devices are left out
-		// of the slices instead, from the next publish on.
-		p.mu.Lock()
-		first := !p.publishing.taintsDropped
-		p.publishing.taintsDropped = true
-		p.mu.Unlock()
-		if first {
-			klog.FromContext(ctx).Info("API server drops device taints", "disabledFeature", "DRADeviceTaints", "then", "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
-			p.askRescan(rescanAPI)
-		}
+	if errors.As(err, &dropped) && p.fallBack(ctx, dropped.DisabledFeatures()) {
 		return
 	}
 	if errors.As(err, &dropped) {
@@ -71,6 +59,46 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) {
 		p.ops.stop(fmt.Errorf("%s: %w", msg, err))
 	}
+}
+
+// fallBack publishes without what the API server dropped, where efakit
+// has a way to do without it, and reports whether every disabled feature
+// was one of those: DRADeviceTaints (off by default on 1.34 and 1.35):
+// unhealthy devices are left out of the slices instead of tainted;
+// DRAConsumableCapacity (alpha, off by default, on 1.34 and 1.35): EFAs
+// are published for one claim at a time instead of shared. Each is said
+// once, and the next publish goes without it.
+func (p *Plugin) fallBack(ctx context.Context, disabled []string) bool {
+	flags := map[string]*bool{"DRADeviceTaints": &p.publishing.taintsDropped, "DRAConsumableCapacity": &p.publishing.sharingDropped}
+	for _, f := range disabled {
+		if _, ok := flags[f]; !ok {
+			return false
+		}
+	}
+	var first []string
+	p.mu.Lock()
+	for _, f := range disabled {
+		if !*flags[f] {
+			*flags[f] = true
+			first = append(first, f)
+		}
+	}
+	p.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	for _, f := range first {
+		switch f {
+		case "DRADeviceTaints":
+			logger.Info("API server drops device taints", "disabledFeature", f, "then", "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
+		case "DRAConsumableCapacity":
+			const why = "the API server drops allowMultipleAllocations and the shares' request policy (DRAConsumableCapacity is off): each EFA is published for one claim at a time, --sharing=capacity needs Kubernetes 1.36 or later"
+			logger.Info("API server drops consumable capacity", "disabledFeature", f, "then", why)
+			p.ops.events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", why)
+		}
+	}
+	if len(first) > 0 {
+		p.askRescan(rescanAPI)
+	}
+	return true
 }
 
 // withdrawAndStop stops the plugin on a fatal publishing error, after

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/efakit/efakit/driver/claimstatus"
 	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/driver/metrics"
 	"github.com/efakit/efakit/driver/owners"
@@ -89,6 +90,9 @@ type operations struct {
 	// withdrawal before a fatal stop): the run's, which waits for it at
 	// stop; a plain go statement without one.
 	spawn func(func())
+	// status writes prepared claims' status.devices (its Run is the run's
+	// goroutine); nil without an API client.
+	status *claimstatus.Writer
 }
 
 // inventory is what the last scan found, with health (under Plugin.mu).
@@ -115,6 +119,9 @@ type publishState struct {
 	// taintsDropped: the API server drops device taints, so unhealthy
 	// devices are left out of the slices instead.
 	taintsDropped bool
+	// sharingDropped: the API server drops consumable capacity, so EFAs
+	// are published for one claim at a time whatever --sharing says.
+	sharingDropped bool
 	// numaScalar: the API server refuses numaNode in list form, so it is
 	// published as a number whatever --numa-list says.
 	numaScalar bool
@@ -231,6 +238,8 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	if p.ops.stop == nil {
 		p.ops.stop = func(error) {}
 	}
+	p.ops.status = claimstatus.New(claimstatus.Options{Client: o.KubeClient, DriverName: o.Config.Driver(), Pool: o.Config.NodeName,
+		Observe: func(out claimstatus.Outcome) { p.ops.metrics.ClaimStatus.WithLabelValues(string(out)).Inc() }})
 	p.ops.efa = metrics.NewEFA(o.SysfsRoot, p.efaTargets)
 	p.ops.metrics.Registry.MustRegister(p.ops.efa)
 	if o.DataDir != "" {
@@ -270,6 +279,10 @@ func (p *Plugin) kickStorageCheck() {
 	default:
 	}
 }
+
+// StatusWriter is the writer of prepared claims' status.devices, whose
+// Run the plugin's run starts; nil without an API client.
+func (p *Plugin) StatusWriter() *claimstatus.Writer { return p.ops.status }
 
 // Registry is the registry of the plugin's metrics and the EFAs' counters
 // (served at /metrics).

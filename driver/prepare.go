@@ -17,6 +17,7 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -29,7 +30,11 @@ func cdiRequests(c checkpoint.Claim) map[string]cdi.Request {
 	for _, d := range c.Devices {
 		r := baseRequest(d.Request)
 		req := out[r]
-		req.Devices = append(req.Devices, cdi.Device{Name: d.RDMAName, Uverbs: d.Uverbs, Major: d.Major, Minor: d.Minor})
+		dev := cdi.Device{Name: d.RDMAName, Uverbs: d.Uverbs, Major: d.Major, Minor: d.Minor}
+		// Two shares of one EFA in one request are one node.
+		if !slices.Contains(req.Devices, dev) {
+			req.Devices = append(req.Devices, dev)
+		}
 		req.Env = c.Env[r]
 		out[r] = req
 	}
@@ -147,17 +152,23 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			res.Err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, res.Err)
 			logger.Error(res.Err, "Prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved, "waited", waited)
 		} else {
-			logger.Info("Prepared claim", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(p.claims.state.Claims[string(c.UID)]), "duration", took[i]+saved, "waited", waited)
+			prepared := p.claims.state.Claims[string(c.UID)]
+			logger.Info("Prepared claim", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(prepared), "duration", took[i]+saved, "waited", waited)
+			// Written by the status writer, off this path.
+			p.setStatus(prepared, c.Status.Devices)
 		}
 		out[c.UID] = res
 	}
 	return out, nil
 }
 
-// wanted is one EFA a claim's allocation gives: its request and, for a
-// member of an allocated group device, the group.
+// wanted is one EFA a claim's allocation gives: its request, for a member
+// of an allocated group device the group, and for an EFA shared by
+// capacity the allocation's share and the shares it consumes.
 type wanted struct {
 	Request, Device, Group string
+	ShareID                string
+	Shares                 int64
 }
 
 // allocated lists the EFAs of this node that the claim's allocation holds,
@@ -180,7 +191,14 @@ func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
 			}
 			continue
 		}
-		out = append(out, wanted{Request: r.Request, Device: r.Device})
+		w := wanted{Request: r.Request, Device: r.Device}
+		if r.ShareID != nil {
+			w.ShareID = string(*r.ShareID)
+			if q, ok := r.ConsumedCapacity[resources.CapacityShares]; ok {
+				w.Shares = q.Value()
+			}
+		}
+		out = append(out, w)
 	}
 	return out, nil
 }
@@ -216,19 +234,31 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 		// The last line of defense against two workloads on one EFA: the
 		// EFA itself, and the character device a container would open
 		// (after a module reload the same number may name another EFA).
-		if other, ok := held["pci:"+inv.PCIAddress]; ok && !rd.released[other] {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s", w.Device, p.describeClaim(other, rd))
+		// Shares of an EFA shared by capacity hold it together; an EFA
+		// held alone, or wanted alone, is never given to two claims.
+		shared := w.ShareID != ""
+		if other, ok := blocking(held["pci:"+inv.PCIAddress], shared, inv.PCIAddress, rd.released); ok {
+			how := ""
+			if shared {
+				how = " alone: it cannot be shared"
+			} else if p.holdsShare(other, inv.PCIAddress) {
+				how = " as a share: a claim that holds it alone must wait until every share is unprepared"
+			}
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s%s", w.Device, p.describeClaim(other, rd), how)
 		}
-		if other, ok := held["dev:"+num]; ok && !rd.released[other] {
+		if other, ok := blocking(held["dev:"+num], shared, inv.PCIAddress, rd.released); ok {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, p.describeClaim(other, rd))
 		}
-		held["pci:"+inv.PCIAddress], held["dev:"+num] = uid, uid
+		me := holder{uid: uid, shared: shared, pci: inv.PCIAddress}
+		held["pci:"+inv.PCIAddress] = append(held["pci:"+inv.PCIAddress], me)
+		held["dev:"+num] = append(held["dev:"+num], me)
 		if cur.RDMAName != inv.RDMAName || cur.Verbs.Name != inv.Uverbs {
 			p.askRescan(rescanPrepare)
 		}
 		claim.Devices = append(claim.Devices, checkpoint.PreparedDevice{
 			Request: w.Request, Pool: p.cfg.NodeName, Device: w.Device, RDMAName: cur.RDMAName, Uverbs: cur.Verbs.Name,
 			PCIAddress: inv.PCIAddress, Major: cur.Verbs.Major, Minor: cur.Verbs.Minor, Group: w.Group,
+			ShareID: w.ShareID, Shares: w.Shares,
 		})
 	}
 	env, err := p.environment(c, claim, call, rd)
@@ -236,6 +266,9 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 		return kubeletplugin.PrepareResult{}, err
 	}
 	claim.Env = env
+	if classes := p.extendedClasses(c); len(classes) > 0 {
+		claim.ExtendedClasses = classes
+	}
 	if len(claim.Devices) > 0 {
 		ids, err := p.claims.cdi.Write(uid, cdiRequests(claim))
 		if err != nil {
@@ -255,11 +288,12 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 func (p *Plugin) prepareAgain(ctx context.Context, b *batch, prev checkpoint.Claim, want []wanted) (kubeletplugin.PrepareResult, error) {
 	var had []wanted
 	for _, d := range prev.Devices {
-		had = append(had, wanted{Request: d.Request, Device: d.Device, Group: d.Group})
+		had = append(had, wanted{Request: d.Request, Device: d.Device, Group: d.Group, ShareID: d.ShareID, Shares: d.Shares})
 	}
 	sorted := func(ws []wanted) []wanted {
 		return slices.SortedFunc(slices.Values(ws), func(a, b wanted) int {
-			return cmp.Or(strings.Compare(a.Request, b.Request), strings.Compare(a.Device, b.Device), strings.Compare(a.Group, b.Group))
+			return cmp.Or(strings.Compare(a.Request, b.Request), strings.Compare(a.Device, b.Device), strings.Compare(a.Group, b.Group),
+				strings.Compare(a.ShareID, b.ShareID), cmp.Compare(a.Shares, b.Shares))
 		})
 	}
 	if !slices.Equal(sorted(had), sorted(want)) {
@@ -278,7 +312,11 @@ func describe(ws []wanted) string {
 	}
 	var s []string
 	for _, w := range ws {
-		s = append(s, w.Request+":"+w.Device)
+		d := w.Request + ":" + w.Device
+		if w.ShareID != "" {
+			d += fmt.Sprintf(" (share %s, %d shares)", w.ShareID, w.Shares)
+		}
+		s = append(s, d)
 	}
 	sort.Strings(s)
 	return strings.Join(s, ",")
@@ -315,18 +353,22 @@ func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
 	seen := map[string]bool{}
 	for _, d := range c.Devices {
 		// The kubelet knows the allocated devices: a group once, not its
-		// members.
+		// members; a shared EFA once per share.
 		name := d.Device
 		if d.Group != "" {
 			name = d.Group
 		}
-		if seen[name] {
+		if seen[name+"/"+d.ShareID] {
 			continue
 		}
-		seen[name] = true
+		seen[name+"/"+d.ShareID] = true
 		dev := kubeletplugin.Device{
 			Requests: []string{d.Request}, PoolName: p.cfg.NodeName, DeviceName: name,
 			CDIDeviceIDs: []string{c.CDIDeviceIDs[baseRequest(d.Request)]},
+		}
+		if d.ShareID != "" {
+			share := types.UID(d.ShareID)
+			dev.ShareID = &share
 		}
 		if inv, ok := p.inv.devices[name]; ok {
 			dev.Metadata = &kubeletplugin.DeviceMetadata{Attributes: metadataAttributes(inv.Attributes)}

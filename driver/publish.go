@@ -41,6 +41,9 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	if p.publishing.numaScalar {
 		cfg.NUMAList = false
 	}
+	if p.publishing.sharingDropped {
+		cfg.Sharing = resources.SharingNone
+	}
 	p.mu.Unlock()
 	pool, buildErr := resources.Build(topo, cfg)
 	res := driverResources(pool)
@@ -123,9 +126,17 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	// since this one read the checkpoint (one stat tells).
 	p.reloadState(ctx)
 	renumbered := p.renumberedSince()
+	if !renumbered {
+		// Health and ports as this scan found them (a renumbering is
+		// corrected first, below).
+		p.syncStatus()
+	}
 	p.mu.Unlock()
 	if renumbered {
 		p.correctRenumbered(ctx)
+		p.mu.Lock()
+		p.syncStatus()
+		p.mu.Unlock()
 	}
 	p.reportHealth(ctx, changes)
 	published, perr := p.Publish(ctx)

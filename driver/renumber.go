@@ -163,8 +163,11 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 		c.Devices = devs
 		held := p.held(c.UID)
 		for _, d := range c.Devices {
-			if other, ok := held["dev:"+devNumber(d.Major, d.Minor)]; ok {
-				o := p.claims.state.Claims[other]
+			for _, h := range held["dev:"+devNumber(d.Major, d.Minor)] {
+				if coShares(h, d.ShareID != "", d.PCIAddress) {
+					continue // another share of the same EFA
+				}
+				o := p.claims.state.Claims[h.uid]
 				logger.Error(nil, "Containers of two claims hold one device number after a renumbering", "then", "restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", klog.KRef(o.Namespace, o.Name), "device", d.Uverbs)
 			}
 		}

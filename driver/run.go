@@ -44,18 +44,21 @@ import (
 //  6. the kubelet helper: stale sockets removed, then registration and
 //     the DRA gRPC service (the helper's goroutines);
 //  7. the slice publisher and its foreign-slice watch, and the first
-//     publish;
+//     publish; the DeviceClass's extended resource read once (a
+//     goroutine);
 //  8. the HTTP server (a goroutine): /healthz, /readyz, /metrics;
-//  9. the CDI and storage watch (a goroutine), then the rescan loop, in
-//     Serve's own goroutine, until the context ends or a fatal error.
+//  9. the CDI and storage watch and the claim status writer (goroutines),
+//     then the rescan loop, in Serve's own goroutine, until the context
+//     ends or a fatal error.
 //
 // Stop, when the loop returns: the context is cancelled, then the HTTP
 // server closes, the publisher stops (its slices stay: the kubelet and the
 // next plugin pod own them), the helper stops (unregisters; calls in
 // flight end), the uevent watch ends (its socket closed, waited for),
 // every other goroutine the run started is waited for (the CDI watch, the
-// Events writer, the HTTP server's, a withdrawal before a fatal stop), and
-// the PodResources client and the sysfs root close last.
+// claim status writer, the Events writer, the HTTP server's, the
+// DeviceClass read, a withdrawal before a fatal stop), and the
+// PodResources client and the sysfs root close last.
 type run struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -241,6 +244,9 @@ func (r *run) serve(o ServeOptions) error {
 	if _, err := plugin.Publish(ctx); err != nil {
 		logger.Error(err, "Publishing failed")
 	}
+	// Whether pods that ask for the class's extended resource are served:
+	// the API server drops the field where the feature is off.
+	r.spawn(func() { checkExtendedResource(ctx, o.KubeClient, o.Class) })
 
 	// 8. /healthz, /readyz, /metrics.
 	if o.HTTPAddr != "" {
@@ -252,7 +258,12 @@ func (r *run) serve(o ServeOptions) error {
 		close(o.Ready)
 	}
 
-	// 9. The CDI watch, then the rescan loop.
+	// 9. The CDI watch and the prepared claims' status.devices, written
+	// off the kubelet's calls (the writer's queue ends with the context),
+	// then the rescan loop.
+	if w := plugin.StatusWriter(); w != nil {
+		r.spawn(func() { w.Run(ctx) })
+	}
 	interval := o.RescanInterval
 	if interval <= 0 {
 		interval = time.Minute

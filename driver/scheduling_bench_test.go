@@ -54,7 +54,7 @@ func BenchmarkSchedulingCost(b *testing.B) {
 					nodeObjs = append(nodeObjs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 				}
 				cls := classes{}
-				for _, c := range append(resources.DeviceClasses("", ""), otherClasses...) {
+				for _, c := range append(resources.DeviceClasses(resources.ClassOptions{}), otherClasses...) {
 					cls[c.Name] = c
 				}
 				tms, _ := resources.ClaimTemplates(topo, mode, "")

@@ -39,6 +39,11 @@ type ServeOptions struct {
 	// publishes nothing there and says why: two owners of one EFA would
 	// hand it to two pods.
 	AllowDevicePlugin bool
+	// Class is the single-EFA DeviceClass the chart makes, with the
+	// extended resource it declares (vpc.amazonaws.com/efa): read once at
+	// start to say whether the API server kept it. Nothing is read when
+	// Class.ExtendedResourceName is empty.
+	Class resources.ClassOptions
 	// Live answers what sysfs does not hold: the kernel's RDMA namespace
 	// mode. efa.Netlink{} (the default) asks the kernel.
 	Live efa.Live

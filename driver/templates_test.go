@@ -58,7 +58,7 @@ func newCluster(t *testing.T, path string, mode resources.GroupMode) *cluster {
 			c.published[s.Spec.Driver+"/"+d.Name] = d
 		}
 	}
-	for _, cl := range append(resources.DeviceClasses("", ""), otherClasses...) {
+	for _, cl := range append(resources.DeviceClasses(resources.ClassOptions{}), otherClasses...) {
 		c.classes[cl.Name] = cl
 	}
 	return c

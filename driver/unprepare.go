@@ -50,6 +50,7 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			err = saveErr
 		default:
 			err = p.claims.cdi.Remove(string(c.UID))
+			p.ops.status.Forget(c.UID)
 		}
 		d := took[i] + saved + time.Since(start)
 		p.ops.metrics.Observe("unprepare", d, err)

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -73,6 +74,8 @@ var flagEnv = []struct{ flag, env string }{
 	{"node-name", "NODE_NAME"},
 	{"driver-name", "DRIVER_NAME"},
 	{"groups", "EFA_GROUPS"},
+	{"sharing", "EFA_SHARING"},
+	{"shares", "EFA_SHARES"},
 	{"numa-list", "NUMA_LIST"},
 	{"sysfs", "SYSFS_ROOT"},
 	{"proc", "PROC_ROOT"},
@@ -85,6 +88,8 @@ var flagEnv = []struct{ flag, env string }{
 	{"health-interval", "HEALTH_INTERVAL"},
 	{"http-address", "HTTP_ADDRESS"},
 	{"allow-with-device-plugin", "ALLOW_EFA_DEVICE_PLUGIN"},
+	{"device-class-name", "DEVICE_CLASS_NAME"},
+	{"extended-resource-name", "EXTENDED_RESOURCE_NAME"},
 	{"kubeconfig", "KUBECONFIG"},
 	{"kube-api-qps", "KUBE_API_QPS"},
 	{"kube-api-burst", "KUBE_API_BURST"},
@@ -126,6 +131,8 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	nodeName := fl.String("node-name", "", "the node this plugin runs on (required)")
 	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver name")
 	groups := fl.String("groups", "none", "publish EFA group devices: none, exclusive (one device per PCIe root instead of single EFAs) or mixed (both, with shared counters; needs DRAPartitionableDevices)")
+	sharing := fl.String("sharing", "none", "let independent claims share an EFA: none, or capacity (each EFA published with --shares shares, each claim takes one unless it asks for more; needs DRAConsumableCapacity, Kubernetes 1.36 or later, and --groups=none)")
+	fl.Int64Var(&s.Config.Shares, "shares", resources.DefaultShares, "shares of each EFA with --sharing=capacity (1 to 1024)")
 	fl.BoolVar(&s.Config.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode in list form (clusters with DRAListTypeAttributes)")
 	fl.StringVar(&s.SysfsRoot, "sysfs", "/sys", "sysfs to scan: the host's /sys, or a capture file")
 	fl.StringVar(&s.ProcRoot, "proc", "/proc", "procfs, for the kernel's boot ID")
@@ -138,6 +145,8 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
 	fl.StringVar(&s.HTTPAddr, "http-address", ":8080", "address for /healthz, /readyz and /metrics (\"\" for none)")
 	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", false, "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node")
+	fl.StringVar(&s.Class.ClassName, "device-class-name", resources.DefaultDeviceClass, "the single-EFA DeviceClass, whose --extended-resource-name is checked at start")
+	fl.StringVar(&s.Class.ExtendedResourceName, "extended-resource-name", "", "the extended resource the DeviceClass declares (the chart's deviceClasses.extendedResourceName): the plugin says at start whether the API server kept it (\"\" for no check)")
 	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fl.Float64Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests a second the plugin's API client sends on average, bursts aside")
 	fl.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests the plugin's API client may send at once above --kube-api-qps")
@@ -190,7 +199,15 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	if err != nil {
 		return usageError("--groups: %v", err)
 	}
-	s.Config.NodeName, s.Config.DriverName, s.Config.Groups = *nodeName, *driverName, mode
+	share, err := resources.ParseSharingMode(*sharing)
+	if err != nil {
+		return usageError("--sharing: %v", err)
+	}
+	s.Config.NodeName, s.Config.DriverName, s.Config.Groups, s.Config.Sharing = *nodeName, *driverName, mode, share
+	if err := s.Config.CheckSharing(); err != nil {
+		return usageError("--sharing: %v", err)
+	}
+	s.Class.DriverName = *driverName
 	if *watchUevents {
 		s.Uevents = uevents.Kernel
 	}
@@ -275,7 +292,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logger.V(2).Info("Gave start-up pages back to the kernel", "advisedMiB", n>>20)
 	}()
 	logger.Info("Starting", "version", version, "driver", o.Config.DriverName, "memoryLimitMiB", limit>>20,
-		"kubeAPIQPS", opts.kubeAPIQPS, "kubeAPIBurst", opts.kubeAPIBurst)
+		"kubeAPIQPS", opts.kubeAPIQPS, "kubeAPIBurst", opts.kubeAPIBurst, "sharing", cmp.Or(string(o.Config.Sharing), "none"))
 	if err := driver.Serve(ctx, o); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error(err, "Plugin stopped")
 		klog.Flush()

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"sigs.k8s.io/yaml"
 
@@ -45,12 +48,24 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver `name`")
 	numaList := fl.Bool("numa-list", false, "publish numaNode in list form (clusters with DRAListTypeAttributes)")
 	groups := fl.String("groups", "none", "EFA group devices: none, exclusive or mixed")
+	sharing := fl.String("sharing", "none", "EFAs shared by independent claims: none or capacity (each EFA --shares shares)")
+	shares := fl.Int64("shares", resources.DefaultShares, "shares of each EFA with --sharing=capacity")
 	out := fl.String("o", "yaml", "output `format`: json or yaml")
 	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
 		return code
 	}
 	mode, err := resources.ParseGroupMode(*groups)
 	if err != nil {
+		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
+		return 2
+	}
+	share, err := resources.ParseSharingMode(*sharing)
+	if err != nil {
+		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
+		return 2
+	}
+	cfg := resources.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList, Groups: mode, Sharing: share, Shares: *shares}
+	if err := cfg.CheckSharing(); err != nil {
 		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
 		return 2
 	}
@@ -75,7 +90,6 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	printNote(stderr, "efakit slices", r)
 	topo, scanErr := topology.Scan(r)
 	// The same function builds what the plugin publishes.
-	cfg := resources.Config{DriverName: *driverName, NodeName: *node, NUMAList: *numaList, Groups: mode}
 	pool, buildErr := resources.Published(topo, cfg)
 	if err := printObjects(stdout, *out, resources.Slices(pool, cfg)); err != nil {
 		fmt.Fprintf(stderr, "efakit slices: %v\n", err)
@@ -95,6 +109,7 @@ func cmdDeviceClasses(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("deviceclasses")
 	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver `name`")
 	className := fl.String("class-name", resources.DefaultDeviceClass, "DeviceClass `name`")
+	extended := fl.String("extended-resource-name", "", "the single-EFA class's extendedResourceName (vpc.amazonaws.com/efa lets pod specs of AWS's EFA device plugin run unchanged; Kubernetes 1.36 or later); none when empty")
 	out := fl.String("o", "yaml", "output `format`: json or yaml")
 	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
 		return code
@@ -103,7 +118,14 @@ func cmdDeviceClasses(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "efakit deviceclasses: unknown output format %q (json, yaml)\n", *out)
 		return 2
 	}
-	if err := printObjects(stdout, *out, resources.DeviceClasses(*driverName, *className)); err != nil {
+	if *extended != "" {
+		if msgs := validation.IsQualifiedName(*extended); len(msgs) > 0 || !strings.Contains(*extended, "/") {
+			fmt.Fprintf(stderr, "efakit deviceclasses: --extended-resource-name %q: not an extended resource name (domain/name, such as vpc.amazonaws.com/efa)\n", *extended)
+			return 2
+		}
+	}
+	classes := resources.DeviceClasses(resources.ClassOptions{DriverName: *driverName, ClassName: *className, ExtendedResourceName: *extended})
+	if err := printObjects(stdout, *out, classes); err != nil {
 		fmt.Fprintf(stderr, "efakit deviceclasses: %v\n", err)
 		return 1
 	}

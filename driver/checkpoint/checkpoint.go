@@ -24,10 +24,10 @@ import (
 
 // Version is the version of the file format that Save writes. Load reads
 // it and every earlier version (version 1 lacks the fields marked "since
-// 2", which read as empty). A later version, written by a newer efakit
+// 2", versions 1 and 2 those marked "since 3", which read as empty). A later version, written by a newer efakit
 // before a rollback, is refused with ErrNewerVersion and left in place:
 // discarding it would lose the record of what is prepared.
-const Version = 2
+const Version = 3
 
 // FileName is the checkpoint's name in the data directory.
 const FileName = "checkpoint.json"
@@ -71,6 +71,13 @@ type PreparedDevice struct {
 	// (an efa or ib_uverbs module reload): containers started then may
 	// still hold them, so no other claim gets them. Since 2.
 	Stale []string `json:"stale,omitempty"`
+	// ShareID is the allocation's share of an EFA shared by capacity
+	// (several claims hold it, each with a share of its own); "" for an
+	// EFA the claim holds alone. Since 3.
+	ShareID string `json:"shareID,omitempty"`
+	// Shares is how many of the EFA's shares the allocation consumes
+	// (its consumedCapacity); 0 when not shared. Since 3.
+	Shares int64 `json:"shares,omitempty"`
 }
 
 // Claim is one prepared claim.
@@ -84,6 +91,12 @@ type Claim struct {
 	// Env maps a request to the environment variables its CDI device sets
 	// ("NAME=value"); requests that set none are absent. Since 2.
 	Env map[string][]string `json:"env,omitempty"`
+	// ExtendedClasses is set for the claim the scheduler made for a pod's
+	// extended resources (vpc.amazonaws.com/efa in a container's
+	// resources): each of its requests with this node's EFAs, and the
+	// DeviceClass that request asks. Each container of the pod gets one
+	// request of a class (its own), never the others'. Since 3.
+	ExtendedClasses map[string]string `json:"extendedClasses,omitempty"`
 }
 
 // State is the checkpoint's content.

@@ -52,6 +52,11 @@ func state(bootID string, n int) *checkpoint.State {
 			c.Env = map[string][]string{"efa": {"FI_PROVIDER=efa", "FI_EFA_IFACE=rdmap96s0"}}
 			c.Devices[0].Stale = []string{"231:199"}
 		}
+		if i == 2 {
+			// The fields of version 3.
+			c.Devices[0].ShareID, c.Devices[0].Shares = "5c1f2b4e-8d3a-4e6f-9b70-2a1c3d4e5f60", 2
+			c.ExtendedClasses = map[string]string{"container-0-request-0": "efa.networking.k8s.aws"}
+		}
 		st.Claims[c.UID] = c
 	}
 	return st
@@ -93,7 +98,7 @@ func TestRoundTrip(t *testing.T) {
 	var f map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(raw, &f))
 	assert.Len(t, f, 3)
-	assert.JSONEq(t, "2", string(f["version"]))
+	assert.JSONEq(t, "3", string(f["version"]))
 	var sum string
 	require.NoError(t, json.Unmarshal(f["checksum"], &sum))
 	assert.Regexp(t, "^[0-9a-f]{64}$", sum)
@@ -186,7 +191,7 @@ func TestVersions(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := checkpoint.NewStore(dir)
-	v1 := state(boot1, 1) // claim 0 only: no field of version 2
+	v1 := state(boot1, 1) // claim 0 only: no field of version 2 or 3
 	v1.Version = 1
 	data := resum(t, good(t), func(d map[string]any) {})
 	var f map[string]any
@@ -202,13 +207,16 @@ func TestVersions(t *testing.T) {
 	v1.Version = checkpoint.Version
 	assert.Equal(t, v1, got, "read as the current version")
 
-	newer := rewrite(t, good(t), func(f map[string]any) { f["version"] = 3; f["data"] = map[string]any{"future": true} })
+	newer := rewrite(t, good(t), func(f map[string]any) {
+		f["version"] = checkpoint.Version + 1
+		f["data"] = map[string]any{"future": true}
+	})
 	require.NoError(t, os.WriteFile(s.Path(), newer, 0o600))
 	st, err := s.Load(boot1)
 	assert.Nil(t, st)
 	require.ErrorIs(t, err, checkpoint.ErrNewerVersion)
 	assert.NotErrorIs(t, err, checkpoint.ErrCorrupt)
-	assert.Contains(t, err.Error(), "format version 3")
+	assert.Contains(t, err.Error(), fmt.Sprintf("format version %d", checkpoint.Version+1))
 	kept, err := os.ReadFile(s.Path())
 	require.NoError(t, err)
 	assert.Equal(t, newer, kept, "left in place")

@@ -39,6 +39,9 @@ type Metrics struct {
 	// StandingAside is 1 while the plugin publishes nothing and prepares
 	// nothing, by reason ("device-plugin", "dra-driver", "netns", "api").
 	StandingAside *prometheus.GaugeVec // efakit_plugin_standing_aside{reason}
+	// ClaimStatus counts the writes of claims' status.devices, by outcome
+	// (claimstatus.Outcome: written, retry, gone, forbidden, dropped, failed).
+	ClaimStatus *prometheus.CounterVec // efakit_plugin_claim_status_writes_total{outcome}
 }
 
 // Scans are the metrics of the sysfs scans.
@@ -94,7 +97,10 @@ func New() *Metrics {
 	m.StorageWritable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "efakit_plugin_storage_writable", Help: "1 while the plugin can write in the directory (cdi: the CDI specs; data: the checkpoint), 0 while its file system is read-only or full.",
 	}, []string{"dir"})
-	m.Registry.MustRegister(m.StorageWritable)
+	m.ClaimStatus = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "efakit_plugin_claim_status_writes_total", Help: "Writes of prepared claims' status.devices (server-side apply), by outcome: written, retry, gone (the claim was deleted or deallocated meanwhile), forbidden, dropped (the API server keeps no device status), failed.",
+	}, []string{"outcome"})
+	m.Registry.MustRegister(m.StorageWritable, m.ClaimStatus)
 	m.Registry.MustRegister(m.Calls, m.Latency, m.Wait, m.Scans.Devices, m.Published, m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

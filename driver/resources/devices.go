@@ -99,6 +99,12 @@ type Config struct {
 	// Groups adds "all EFAs of one PCIe root" devices: GroupsNone (the
 	// default), GroupsExclusive or GroupsMixed.
 	Groups GroupMode
+	// Sharing lets independent claims share an EFA (SharingCapacity), each
+	// taking shares of Shares (DefaultShares when 0); SharingNone (the
+	// default) gives an EFA to one claim at a time. CheckSharing says which
+	// combinations hold.
+	Sharing SharingMode
+	Shares  int64
 }
 
 // Driver is the driver name: DriverName, or DefaultDriverName when empty.
@@ -280,6 +286,9 @@ type Slice struct {
 // An EFA that cannot be published is named in the error; the others are
 // in the pool.
 func Build(t *topology.Topology, cfg Config) (Pool, error) {
+	if err := cfg.CheckSharing(); err != nil {
+		return Pool{}, err
+	}
 	var singles []resourceapi.Device
 	var members []*topology.Device
 	var errs []string
@@ -294,6 +303,9 @@ func Build(t *topology.Topology, cfg Config) (Pool, error) {
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
+		}
+		if cfg.Sharing == SharingCapacity {
+			shareable(&dev, cfg.shares())
 		}
 		singles = append(singles, dev)
 		members = append(members, d)
@@ -388,12 +400,26 @@ func Slices(pool Pool, cfg Config) []*resourceapi.ResourceSlice {
 	return out
 }
 
+// ClassOptions say how the DeviceClasses the project ships are named.
+type ClassOptions struct {
+	DriverName string // DefaultDriverName when empty
+	ClassName  string // the single-EFA class; DefaultDeviceClass when empty
+	// ExtendedResourceName, when set, is the single-EFA class's
+	// extendedResourceName: a pod that asks for this extended resource
+	// (vpc.amazonaws.com/efa, AWS's device plugin's) in its containers'
+	// resources gets that many EFAs through a claim the scheduler makes
+	// (DRAExtendedResource: beta and on by default in Kubernetes 1.36, GA
+	// in 1.37; API servers without it drop the field).
+	ExtendedResourceName string
+}
+
 // DeviceClasses are the classes the project ships: efa.networking.k8s.aws
-// (or className) selects exactly the single EFAs of driverName, with the
+// (or o.ClassName) selects exactly the single EFAs of the driver, with the
 // very expression AWS's class uses; efa-group.networking.k8s.aws selects
 // the group devices. Every device efakit publishes has both attributes
 // the two classes read, so neither class fails on the other's devices.
-func DeviceClasses(driverName, className string) []*resourceapi.DeviceClass {
+func DeviceClasses(o ClassOptions) []*resourceapi.DeviceClass {
+	driverName, className := o.DriverName, o.ClassName
 	if driverName == "" {
 		driverName = DefaultDriverName
 	}
@@ -407,8 +433,13 @@ func DeviceClasses(driverName, className string) []*resourceapi.DeviceClass {
 			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}},
 		}
 	}
+	single := class(className, fmt.Sprintf(`device.driver == %q && device.attributes[%q].pciDevice == %q`, driverName, driverName, efa.PCIDeviceName))
+	if o.ExtendedResourceName != "" {
+		name := o.ExtendedResourceName
+		single.Spec.ExtendedResourceName = &name
+	}
 	return []*resourceapi.DeviceClass{
-		class(className, fmt.Sprintf(`device.driver == %q && device.attributes[%q].pciDevice == %q`, driverName, driverName, efa.PCIDeviceName)),
+		single,
 		class(DefaultGroupDeviceClass, fmt.Sprintf(`device.driver == %q && device.attributes[%q].kind == %q`, driverName, driverName, KindGroup)),
 	}
 }

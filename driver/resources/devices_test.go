@@ -156,13 +156,13 @@ func TestSlicesSplit(t *testing.T) {
 
 func TestDeviceClasses(t *testing.T) {
 	t.Parallel()
-	c := resources.DeviceClasses("", "")
+	c := resources.DeviceClasses(resources.ClassOptions{})
 	require.Len(t, c, 2)
 	assert.Equal(t, "efa-group.networking.k8s.aws", c[1].Name)
 	// AWS's class, as AWS ships it.
 	assert.Equal(t, "efa.networking.k8s.aws", c[0].Name)
 	assert.Equal(t, `device.driver == "dra.net" && device.attributes["dra.net"].pciDevice == "Elastic Fabric Adapter (EFA)"`, c[0].Spec.Selectors[0].CEL.Expression)
-	o := resources.DeviceClasses("efa.example.com", "efa.example.com")
+	o := resources.DeviceClasses(resources.ClassOptions{DriverName: "efa.example.com", ClassName: "efa.example.com"})
 	assert.Contains(t, o[0].Spec.Selectors[0].CEL.Expression, `device.attributes["efa.example.com"]`)
 }
 

@@ -34,9 +34,12 @@ var Allowed = map[string][]string{
 	"driver/uevents":    {"host/uevent"},
 	"driver/publishing": {"driver/resources", "internal/informerwait"},
 	"driver/owners":     {"driver/resources", "efa", "internal/informerwait"},
+	// The prepared claims' status.devices: written by server-side apply,
+	// from entries the Plugin builds; no hardware knowledge of its own.
+	"driver/claimstatus": nil,
 
 	// The kubelet plugin: an adapter over the parts above.
-	"driver": {"cdi", "driver/checkpoint", "driver/events", "driver/metrics", "driver/owners", "driver/podresources",
+	"driver": {"cdi", "driver/checkpoint", "driver/claimstatus", "driver/events", "driver/metrics", "driver/owners", "driver/podresources",
 		"driver/publishing", "driver/resources", "driver/uevents", "efa", "host", "host/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 

@@ -3,8 +3,6 @@ package e2e
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	metaapply "k8s.io/client-go/applyconfigurations/meta/v1"
+	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -298,6 +298,92 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 		unchanged(t, otherNode)
 		unchanged(t, otherDriver)
 	})
+	// The plugin writes its entries of claims' status.devices: of its
+	// driver, in a claim allocated on its node; not another driver's
+	// entry, not a claim of another node, and never the allocation.
+	t.Run("claim status", func(t *testing.T) { checkClaimStatusRBAC(t, c, pc) })
+}
+
+// checkClaimStatusRBAC: the chart's role and the API server's checks of
+// the resourceclaims/driver subresource (Kubernetes 1.36 and later) let
+// the plugin's token on node-a apply its driver's entries of claims
+// allocated on node-a, and nothing else of a claim's status.
+func checkClaimStatusRBAC(t *testing.T, c *controlPlane, pc kubernetes.Interface) {
+	ctx := context.Background()
+	claimOn := func(name, node string) *resourceapi.ResourceClaim {
+		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "efakit", Name: name},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+				{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws"}},
+				{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}}}}}}
+		cl, err := c.client.ResourceV1().ResourceClaims("efakit").Create(ctx, cl, metav1.CreateOptions{})
+		require.NoError(t, err)
+		cl.Finalizers = []string{resourceapi.Finalizer}
+		cl, err = c.client.ResourceV1().ResourceClaims("efakit").Update(ctx, cl, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		cl.Status.Allocation = &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+				{Request: "efa", Driver: "dra.net", Pool: node, Device: "efa-0000-4f-00-0"},
+				{Request: "gpu", Driver: "gpu.example.com", Pool: node, Device: "gpu-0"}}},
+			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}},
+		}
+		cl, err = c.client.ResourceV1().ResourceClaims("efakit").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			cl, err := c.client.ResourceV1().ResourceClaims("efakit").Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				cl.Status = resourceapi.ResourceClaimStatus{}
+				cl, _ = c.client.ResourceV1().ResourceClaims("efakit").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+				cl.Finalizers = nil
+				_, _ = c.client.ResourceV1().ResourceClaims("efakit").Update(ctx, cl, metav1.UpdateOptions{})
+				_ = c.client.ResourceV1().ResourceClaims("efakit").Delete(ctx, name, metav1.DeleteOptions{})
+			}
+		})
+		return cl
+	}
+	entry := func(driver, node, device string) *resourceapply.AllocatedDeviceStatusApplyConfiguration {
+		return resourceapply.AllocatedDeviceStatus().WithDriver(driver).WithPool(node).WithDevice(device).
+			WithConditions(metaapply.Condition().WithType("Ready").WithStatus(metav1.ConditionTrue).WithReason("Prepared").
+				WithLastTransitionTime(metav1.Now()))
+	}
+	apply := func(cl *resourceapi.ResourceClaim, status *resourceapply.ResourceClaimStatusApplyConfiguration) error {
+		_, err := pc.ResourceV1().ResourceClaims("efakit").ApplyStatus(ctx,
+			resourceapply.ResourceClaim(cl.Name, "efakit").WithUID(cl.UID).WithStatus(status),
+			metav1.ApplyOptions{FieldManager: "efakit-plugin", Force: true})
+		return err
+	}
+	own, other := claimOn("on-node-a", "node-a"), claimOn("on-node-b", "node-b")
+	require.NoError(t, apply(own, resourceapply.ResourceClaimStatus().WithDevices(entry("dra.net", "node-a", "efa-0000-4f-00-0"))),
+		"the plugin writes its driver's entry of a claim allocated on its node")
+	got, err := c.client.ResourceV1().ResourceClaims("efakit").Get(ctx, own.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, got.Status.Devices, 1)
+	assert.Equal(t, "efa-0000-4f-00-0", got.Status.Devices[0].Device)
+
+	for _, tc := range []struct {
+		name   string
+		of     *resourceapi.ResourceClaim
+		status *resourceapply.ResourceClaimStatusApplyConfiguration
+		msg    string
+	}{
+		{"another driver's entry", own, resourceapply.ResourceClaimStatus().WithDevices(entry("dra.net", "node-a", "efa-0000-4f-00-0"), entry("gpu.example.com", "node-a", "gpu-0")),
+			`resource="resourceclaims/driver"`},
+		{"a claim of another node", other, resourceapply.ResourceClaimStatus().WithDevices(entry("dra.net", "node-b", "efa-0000-4f-00-0")),
+			`resource="resourceclaims/driver"`},
+		{"the allocation", own, resourceapply.ResourceClaimStatus().WithDevices(entry("dra.net", "node-a", "efa-0000-4f-00-0")).
+			WithReservedFor(resourceapply.ResourceClaimConsumerReference().WithResource("pods").WithName("p").WithUID("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0")),
+			`resource="resourceclaims/binding"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := apply(tc.of, tc.status)
+			require.Error(t, err)
+			assert.True(t, apierrors.IsForbidden(err) || apierrors.IsInvalid(err), "%v", err)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+	got, err = c.client.ResourceV1().ResourceClaims("efakit").Get(ctx, other.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, got.Status.Devices, "another node's claim unchanged")
 }
 
 // pluginIdentity is the chart's plugin as the API server knows it on
@@ -332,14 +418,7 @@ func pluginIdentity(t *testing.T, c *controlPlane, ns, node string) (*rest.Confi
 func pluginKubeconfig(t *testing.T, c *controlPlane, ns, node, dir string) string {
 	t.Helper()
 	cfg, _ := pluginIdentity(t, c, ns, node)
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: e2e, cluster: {server: %q, insecure-skip-tls-verify: true}}]
-users: [{name: plugin, user: {token: %q}}]
-contexts: [{name: e2e, context: {cluster: e2e, user: plugin}}]
-current-context: e2e
-`, cfg.Host, cfg.BearerToken)
 	path := filepath.Join(dir, "plugin.kubeconfig")
-	require.NoError(t, os.WriteFile(path, []byte(kc), 0o600))
+	require.NoError(t, writeKubeconfig(path, cfg.Host, cfg.BearerToken))
 	return path
 }

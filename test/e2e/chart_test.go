@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,7 +35,11 @@ func render(t *testing.T, args ...string) []runtime.Object {
 // renderRelease renders the chart as release name in namespace ns.
 func renderRelease(t *testing.T, name, ns string, args ...string) []runtime.Object {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"tool", "helm", "template", name, "../../deployments/helm/efakit", "--namespace", ns, "--kube-version", "1.34.0"}, args...)...)
+	// The Kubernetes version of the e2e's own control plane; a caller's
+	// --kube-version comes later and wins.
+	version, err := moduleKubeVersion("k8s")
+	require.NoError(t, err)
+	cmd := exec.Command("go", append([]string{"tool", "helm", "template", name, "../../deployments/helm/efakit", "--namespace", ns, "--kube-version", version}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	require.NoError(t, cmd.Run(), errOut.String())
@@ -81,13 +86,17 @@ func TestChartRenders(t *testing.T) {
 	assert.Equal(t, map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 1,
 		"DeviceClass": 2, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1}, kinds)
 
-	// The chart ships exactly the classes the driver package defines.
-	want := resources.DeviceClasses("", "")
+	// The chart ships exactly the classes the driver package defines, the
+	// single-EFA class with AWS's device plugin's extended resource.
+	want := resources.DeviceClasses(resources.ClassOptions{ExtendedResourceName: resources.DevicePluginResource})
 	require.Len(t, classes, len(want))
 	for i := range want {
 		assert.Equal(t, want[i].Name, classes[i].Name)
 		assert.Equal(t, want[i].Spec.Selectors[0].CEL.Expression, classes[i].Spec.Selectors[0].CEL.Expression)
+		assert.Equal(t, want[i].Spec.ExtendedResourceName, classes[i].Spec.ExtendedResourceName)
 	}
+	require.NotNil(t, classes[0].Spec.ExtendedResourceName)
+	assert.Equal(t, "vpc.amazonaws.com/efa", *classes[0].Spec.ExtendedResourceName)
 
 	require.NotNil(t, ds)
 	c := ds.Spec.Template.Spec.Containers[0]
@@ -120,6 +129,10 @@ func TestChartRenders(t *testing.T) {
 	assert.Equal(t, "metadata.uid", env["POD_UID"].FieldRef.FieldPath, "POD_UID for rolling updates")
 	assert.Equal(t, int32(0), ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntVal)
 	assert.Contains(t, c.Args, "--groups=none")
+	assert.Contains(t, c.Args, "--sharing=none")
+	assert.Contains(t, c.Args, "--shares=8")
+	assert.Contains(t, c.Args, "--device-class-name=efa.networking.k8s.aws", "the plugin says at start whether the API server kept the class's extended resource")
+	assert.Contains(t, c.Args, "--extended-resource-name=vpc.amazonaws.com/efa")
 	// The default affinity keeps the plugin off device-plugin nodes and
 	// off EKS Auto Mode nodes (AWS's own dra.net driver runs there).
 	terms := ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
@@ -133,18 +146,81 @@ func TestChartRenders(t *testing.T) {
 
 	// Least privilege: no secrets, no pods (the kubelet's PodResources API
 	// says which containers use which claims), no wildcard; events only
-	// written (the Node's).
+	// written (the Node's); claims' status patched, the driver
+	// subresource only for the driver's name and the plugin's node; one
+	// DeviceClass read.
 	for _, r := range role.Rules {
 		for _, res := range r.Resources {
-			assert.Contains(t, []string{"resourceclaims", "resourceslices", "nodes", "events"}, res)
-			if res == "events" {
+			assert.Contains(t, []string{"resourceclaims", "resourceclaims/status", "resourceclaims/driver", "deviceclasses", "resourceslices", "nodes", "events"}, res)
+			switch res {
+			case "events":
 				assert.Equal(t, []string{"create", "patch"}, r.Verbs)
+			case "resourceclaims/status":
+				assert.Equal(t, []string{"patch"}, r.Verbs)
+			case "resourceclaims/driver":
+				assert.Equal(t, []string{"associated-node:patch"}, r.Verbs)
+				assert.Equal(t, []string{"dra.net"}, r.ResourceNames)
+			case "deviceclasses":
+				assert.Equal(t, []string{"get"}, r.Verbs)
+				assert.Equal(t, []string{"efa.networking.k8s.aws"}, r.ResourceNames)
 			}
 		}
 		assert.NotContains(t, r.Verbs, "*")
 	}
+	assert.Equal(t, []string{"patch"}, ruleVerbs(role, "resourceclaims/status"))
 	require.NotNil(t, policy)
 	assert.Contains(t, policy.Spec.MatchConditions[0].Expression, "system:serviceaccount:efakit:efakit-plugin")
+}
+
+// ruleVerbs are the verbs a role grants on resource.
+func ruleVerbs(role *rbacv1.ClusterRole, resource string) []string {
+	var out []string
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, resource) {
+			out = append(out, r.Verbs...)
+		}
+	}
+	return out
+}
+
+// TestChartClaimStatusRBAC: the role lets the plugin write claims'
+// status.devices from Kubernetes 1.36, where the API server also checks
+// the driver subresource for the plugin's node; before 1.36 the same grant
+// would let a node's token rewrite any claim's status, so it is left out
+// unless asked for; the value turns it off anywhere.
+func TestChartClaimStatusRBAC(t *testing.T) {
+	role := func(args ...string) *rbacv1.ClusterRole {
+		for _, o := range render(t, args...) {
+			if r, ok := o.(*rbacv1.ClusterRole); ok {
+				return r
+			}
+		}
+		t.Fatal("no ClusterRole")
+		return nil
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		grant bool
+	}{
+		{"1.37 (this e2e's)", nil, true},
+		{"1.36", []string{"--kube-version", "1.36.0"}, true},
+		{"1.35", []string{"--kube-version", "1.35.3"}, false},
+		{"1.34", []string{"--kube-version", "1.34.0"}, false},
+		{"1.34 asked for", []string{"--kube-version", "1.34.0", "--set", "claimStatus.rbac=true"}, true},
+		{"1.37 turned off", []string{"--set", "claimStatus.rbac=false"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := role(tc.args...)
+			if tc.grant {
+				assert.Equal(t, []string{"patch"}, ruleVerbs(r, "resourceclaims/status"))
+				assert.Equal(t, []string{"associated-node:patch"}, ruleVerbs(r, "resourceclaims/driver"))
+			} else {
+				assert.Empty(t, ruleVerbs(r, "resourceclaims/status"))
+				assert.Empty(t, ruleVerbs(r, "resourceclaims/driver"))
+			}
+		})
+	}
 }
 
 // TestChartTestClusterValues: the values for a cluster without EFA or
@@ -235,6 +311,18 @@ func TestChartValues(t *testing.T) {
 		}
 	}
 	assert.Equal(t, `"efa.example.com"`, driver)
+
+	// No extended resource: the class has none, and the plugin checks none.
+	for _, o := range render(t, "--set", "deviceClasses.extendedResourceName=", "--set", "sharing.mode=capacity", "--set", "sharing.shares=4") {
+		switch v := o.(type) {
+		case *appsv1.DaemonSet:
+			args := strings.Join(v.Spec.Template.Spec.Containers[0].Args, " ")
+			assert.NotContains(t, args, "--extended-resource-name")
+			assert.Contains(t, args, "--sharing=capacity --shares=4")
+		case *resourceapi.DeviceClass:
+			assert.Nil(t, v.Spec.ExtendedResourceName)
+		}
+	}
 
 	for _, o := range render(t, "--set", "admissionPolicy.enabled=false") {
 		if _, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok {

@@ -184,14 +184,7 @@ func startControlPlaneOf(module string, apiArgs ...string) (*controlPlane, error
 		return nil, err
 	}
 	c.config = &rest.Config{Host: c.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: e2e, cluster: {server: %q, insecure-skip-tls-verify: true}}]
-users: [{name: admin, user: {token: %q}}]
-contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
-current-context: e2e
-`, c.url, adminToken)
-	if err := os.WriteFile(filepath.Join(dir, "admin.kubeconfig"), []byte(kc), 0o600); err != nil {
+	if err := writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), c.url, adminToken); err != nil {
 		return nil, err
 	}
 	if err := c.waitReady(90 * time.Second); err != nil {
@@ -200,6 +193,19 @@ current-context: e2e
 	}
 	c.client, err = kubernetes.NewForConfig(c.config)
 	return c, err
+}
+
+// writeKubeconfig writes a kubeconfig that reaches server (its
+// certificate not checked) with a bearer token.
+func writeKubeconfig(path, server, token string) error {
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: e2e, user: {token: %q}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: e2e}}]
+current-context: e2e
+`, server, token)
+	return os.WriteFile(path, []byte(kc), 0o600)
 }
 
 func firstErr(errs ...error) error {

@@ -141,7 +141,7 @@ func efakitShape(mode resources.GroupMode, full bool) *shape {
 	if full {
 		name += "-full"
 	}
-	classes := append(resources.DeviceClasses("", ""), accelClass(resources.GPUDeviceClass), accelClass(resources.NeuronDeviceClass))
+	classes := append(resources.DeviceClasses(resources.ClassOptions{}), accelClass(resources.GPUDeviceClass), accelClass(resources.NeuronDeviceClass))
 	return &shape{name: name, classes: classes, ownDriver: resources.DefaultDriverName,
 		slices: func(node string, it *instanceType) []*resourceapi.ResourceSlice {
 			cfg := resources.Config{NodeName: node, Groups: mode}

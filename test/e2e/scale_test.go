@@ -166,7 +166,7 @@ func TestScaleSmoke(t *testing.T) {
 	// be one kube-scheduler takes.
 	efakit, err := shapeByName("efakit")
 	require.NoError(t, err)
-	r := runScaleOnce(t, s, contender{shape: efakit, rate: "100/200", score: 50, name: "efakit@q100@50%"}, s.nodes[0], 0, true)
+	r := runScaleOnce(t, s, newContender(efakit, "100/200", 50), s.nodes[0], 0, true)
 	t.Logf("%s: %.2f pods/s, scheduler %.1f ms/pod", r.Shape, r.PodsPerSecond, r.SchedulerCPUms)
 	results = append(results, r)
 	for _, r := range results {
@@ -269,19 +269,25 @@ func (s scaleSettings) contenders() []contender {
 	for _, sh := range s.shapes {
 		for _, r := range rates {
 			for _, sc := range scores {
-				c := contender{shape: sh, rate: r, score: sc, name: sh.name}
-				if r != "" {
-					q, _, _ := strings.Cut(r, "/")
-					c.name += "@q" + q
-				}
-				if sc != 0 {
-					c.name += fmt.Sprintf("@%d%%", sc)
-				}
-				cs = append(cs, c)
+				cs = append(cs, newContender(sh, r, sc))
 			}
 		}
 	}
 	return cs
+}
+
+// newContender is sh with the scheduler's client rate and
+// percentageOfNodesToScore, named after what differs from the defaults
+// ("efakit", "efakit@q200", "efakit@q200@10%").
+func newContender(sh *shape, rate string, score int) contender {
+	c := contender{shape: sh, rate: rate, score: score, name: sh.name}
+	if q, _, ok := strings.Cut(rate, "/"); ok {
+		c.name += "@q" + q
+	}
+	if score != 0 {
+		c.name += fmt.Sprintf("@%d%%", score)
+	}
+	return c
 }
 
 // schedulerConfig is the KubeSchedulerConfiguration for a contender, ""

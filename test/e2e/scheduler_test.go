@@ -160,7 +160,7 @@ func newE2ENode(t *testing.T, c *controlPlane, name, fixture string, mode resour
 	// Classes: efakit's and NVIDIA's; and GPU slices shaped like NVIDIA's
 	// driver's for the same machine.
 	n.topo = scanFixture(t, fixture)
-	for _, dc := range append(resources.DeviceClasses("", ""), accelClass(resources.GPUDeviceClass)) {
+	for _, dc := range append(resources.DeviceClasses(resources.ClassOptions{}), accelClass(resources.GPUDeviceClass)) {
 		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{})
 		require.NoError(t, createIgnoreExists(err))
 	}

@@ -20,3 +20,16 @@ container as on the host (the kubelet dials the socket by its host path). */ -}}
 {{- end -}}
 {{- $v -}}
 {{- end -}}
+
+{{/*
+Whether the plugin's role may write its entries of claims' status.devices:
+"auto" from Kubernetes 1.36 (where the API server also checks
+resourceclaims/driver, scoped to the driver and the plugin's node), true
+always, false never. Empty for no.
+*/}}
+{{- define "efakit.claimStatusRBAC" -}}
+{{- $v := toString .Values.claimStatus.rbac -}}
+{{- if or (eq $v "true") (and (eq $v "auto") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version)) -}}
+true
+{{- end -}}
+{{- end -}}
