@@ -1,8 +1,9 @@
 // Package doctor checks what makes EFAs work, on a node or inside a pod:
 // the kernel modules, the EFAs and their uverbs nodes, what libfabric will
 // see and open, the RDMA namespace mode, memlock, a pod's libfabric
-// environment and device metadata, AWS's EFA device plugin and a second
-// publisher of the DRA driver name, and the CDI spec directory.
+// environment and device metadata, the EFAs a container holds beyond its
+// claims, AWS's EFA device plugin and a second publisher of the DRA driver
+// name, and the CDI spec directory.
 //
 // Run returns a typed Report: one Check per question, each with a status,
 // the facts found and, when it did not pass, the fix. It never prints; the
@@ -73,6 +74,7 @@ const (
 	CheckMemlock             CheckID = "memlock"
 	CheckEnvironment         CheckID = "environment"
 	CheckDeviceMetadata      CheckID = "device-metadata"
+	CheckUnclaimedDevices    CheckID = "unclaimed-devices"
 	CheckDevicePlugin        CheckID = "device-plugin"
 	CheckDRADriver           CheckID = "dra-driver"
 	CheckCDI                 CheckID = "cdi"
@@ -134,7 +136,9 @@ type Options struct {
 	// ("/dev").
 	DevDir string
 	// ProcDir is the proc file system ("/proc"): on a node, the container
-	// runtime's memlock limit is read from <ProcDir>/<pid>/limits.
+	// runtime's memlock limit is read from <ProcDir>/<pid>/limits; in a pod,
+	// the container's mounts and capabilities from <ProcDir>/self/mountinfo
+	// and <ProcDir>/self/status.
 	ProcDir string
 	// CDIRoot is the CDI spec directory the runtime reads ("/var/run/cdi").
 	CDIRoot string
@@ -259,6 +263,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		f.memlock(),
 		f.environment(),
 		f.deviceMetadata(),
+		f.unclaimedDevices(),
 		f.devicePlugin(),
 		f.draDriver(),
 		f.cdi(),

@@ -99,12 +99,19 @@ type scene struct {
 // environment and nothing else: no device node, no API, no directories.
 func newScene(t *testing.T, place doctor.Place) *scene {
 	t.Helper()
-	root := withModules(t, p5Capture)
+	s := sceneOf(t, p5Capture, place)
+	require.Len(t, s.efas, 32)
+	return s
+}
+
+// sceneOf is newScene on another capture.
+func sceneOf(t *testing.T, capture string, place doctor.Place) *scene {
+	t.Helper()
+	root := withModules(t, capture)
 	topo, err := topology.Scan(root)
 	require.NoError(t, err)
 	_, res, err := efa.Scan(root)
 	require.NoError(t, err)
-	require.Len(t, res.EFAs, 32)
 	dir := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "proc"), 0o755))
 	return &scene{t: t, topo: topo, efas: res.EFAs, opts: doctor.Options{
@@ -152,6 +159,26 @@ func (s *scene) mknod(idx ...int) {
 		v := s.efas[i].Verbs
 		s.mknodAt(v.Name, v.Major, v.Minor)
 	}
+}
+
+// mknodVerbs makes the node of any uverbs device of sysfs (an mlx5 one
+// too) with the number its class directory gives.
+func (s *scene) mknodVerbs(name string) {
+	s.t.Helper()
+	dev, err := fs.ReadFile(s.opts.Sysfs, "class/infiniband_verbs/"+name+"/dev")
+	require.NoError(s.t, err)
+	major, minor, err := efa.ParseDevNumber(strings.TrimSpace(string(dev)))
+	require.NoError(s.t, err)
+	s.mknodAt(name, major, minor)
+}
+
+// procSelf writes a file of the scene's /proc/self: what this process
+// reads about its own container.
+func (s *scene) procSelf(name, content string) {
+	s.t.Helper()
+	dir := filepath.Join(s.opts.ProcDir, "self")
+	require.NoError(s.t, os.MkdirAll(dir, 0o755))
+	require.NoError(s.t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
 }
 
 // mknodAt makes /dev/infiniband/<name> as the character device major:minor.
@@ -239,7 +266,7 @@ func (s *scene) run() *doctor.Report {
 	s.t.Helper()
 	rep, err := doctor.Run(context.Background(), s.opts)
 	require.NoError(s.t, err)
-	require.Len(s.t, rep.Checks, 12)
+	require.Len(s.t, rep.Checks, 13)
 	return rep
 }
 
@@ -331,8 +358,9 @@ func TestHealthyNode(t *testing.T) {
 	assert.Equal(t, doctor.OnNode, rep.Place)
 	assert.False(t, rep.Failed())
 	assertStatuses(t, rep, map[doctor.CheckID]doctor.Status{
-		doctor.CheckEnvironment:    doctor.Skip,
-		doctor.CheckDeviceMetadata: doctor.Skip,
+		doctor.CheckEnvironment:      doctor.Skip,
+		doctor.CheckDeviceMetadata:   doctor.Skip,
+		doctor.CheckUnclaimedDevices: doctor.Skip,
 	})
 	assert.Len(t, opened, 32, "every node is opened once")
 	assert.Equal(t, "loaded: efa 2.13.0g, ib_uverbs", check(t, rep, doctor.CheckKernelModules).Message)
@@ -370,8 +398,10 @@ func TestPodHoldingFourEFAs(t *testing.T) {
 	assert.Equal(t, "28 RDMA devices visible in sysfs cannot be opened here (4 can): libfabric without PR 12744 fails fi_getinfo with -61", vis.Message)
 	assert.Contains(t, vis.Fix, "use a libfabric that includes PR 12744 (August 2026), or give the container every RDMA device of the node")
 	assert.Equal(t, "no FI_EFA_IFACE: libfabric uses every EFA it can open", check(t, rep, doctor.CheckEnvironment).Message)
-	assert.Equal(t, "1 dra.net metadata file name 4 EFAs (rdmap79s0, rdmap80s0, rdmap81s0, rdmap82s0), each openable here, and no other EFA is",
+	assert.Equal(t, "1 dra.net metadata file name 4 EFAs (rdmap79s0, rdmap80s0, rdmap81s0, rdmap82s0), each openable here",
 		check(t, rep, doctor.CheckDeviceMetadata).Message)
+	assert.Equal(t, "this container can open only EFAs its dra.net claims gave it: uverbs0-uverbs3 (rdmap79s0, rdmap80s0, rdmap81s0, rdmap82s0)",
+		check(t, rep, doctor.CheckUnclaimedDevices).Message)
 	assert.Contains(t, check(t, rep, doctor.CheckDevicePlugin).Message, "API not consulted")
 	assert.Contains(t, check(t, rep, doctor.CheckCDI).Message, "in a pod")
 }
@@ -445,14 +475,18 @@ func TestDeviceMetadata(t *testing.T) {
 		assert.Contains(t, c.Message, "the metadata names EFAs this container cannot open: rdmap96s0 ("+filepath.Join(s.opts.DevDir, "infiniband", "uverbs4")+": absent, in resourceclaimtemplates/efas/efas/dra.net-metadata.json)")
 		assert.Contains(t, c.Fix, "CDI")
 	})
-	t.Run("an openable EFA no file names", func(t *testing.T) {
+	t.Run("an openable EFA no file names is unclaimed-devices'", func(t *testing.T) {
 		t.Parallel()
 		s := newScene(t, doctor.InPod)
 		s.mknod(0, 1, 2, 3)
 		s.metadataFile("efas", "efas", s.efaMetadata(0, 1, 2)...)
-		c := check(t, s.run(), doctor.CheckDeviceMetadata)
-		assert.Equal(t, doctor.Fail, c.Status)
-		assert.Contains(t, c.Message, "this container can open 1 EFA that no dra.net metadata file names: rdmap82s0")
+		rep := s.run()
+		c := check(t, rep, doctor.CheckDeviceMetadata)
+		assert.Equal(t, doctor.Pass, c.Status, c.Message)
+		assert.Equal(t, "1 dra.net metadata file name 3 EFAs (rdmap79s0, rdmap80s0, rdmap81s0), each openable here", c.Message)
+		u := check(t, rep, doctor.CheckUnclaimedDevices)
+		assert.Equal(t, doctor.Warn, u.Status)
+		assert.Contains(t, u.Message, "this container can open 1 EFA its dra.net claims did not give it: uverbs3 (rdmap82s0), beside the 3 they gave (uverbs0-uverbs2)")
 	})
 	t.Run("a group by members, qualified keys, two files", func(t *testing.T) {
 		t.Parallel()
@@ -501,6 +535,220 @@ func TestDeviceMetadata(t *testing.T) {
 		assert.Equal(t, doctor.Skip, c.Status)
 		assert.Contains(t, c.Message, "not in a pod with efakit's claims")
 	})
+}
+
+// The fixes TestUnclaimedDevices expects, as a user reads them.
+const (
+	wantFixMOFED = "NVIDIA's device plugin in MOFED mode: turn the mode off, Helm value mofedEnabled=false of its nvidia-device-plugin chart " +
+		"(flag --mofed-enabled=false, environment MOFED_ENABLED=false; on by default in k8s-device-plugin v0.19.0 to v0.19.2, off from v0.19.3), then recreate the pod"
+	wantFixHostPath   = "a hostPath volume of /dev/infiniband (or /dev): remove it from the pod, and claim EFAs of efakit's DeviceClass instead"
+	wantFixPrivileged = "a privileged container: it sees every device node of the node, so drop privileged: true, or accept it and set env: libfabric " +
+		"in efakit's opaque configuration of the claim, so that FI_EFA_IFACE names the claimed EFAs for libfabric"
+	// The bounding sets of a privileged container and of the runtime's
+	// default capabilities (no CAP_SYS_ADMIN).
+	capPrivileged = "Name:\tefakit\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\nCapBnd:\t000001ffffffffff\n"
+	capDefault    = "Name:\tefakit\nCapInh:\t0000000000000000\nCapPrm:\t00000000a80425fb\nCapEff:\t00000000a80425fb\nCapBnd:\t00000000a80425fb\n"
+)
+
+// TestUnclaimedDevices: in a pod, the EFA uverbs nodes the container can
+// open beyond those its dra.net metadata names, and where they come from.
+func TestUnclaimedDevices(t *testing.T) {
+	t.Parallel()
+	all := span(0, 32)
+	// Every uverbs node of the node but two claimed: uverbs2-uverbs31.
+	const everyButTwo = "this container can open 30 EFAs its dra.net claims did not give it: uverbs2-uverbs31 " +
+		"(rdmap81s0, rdmap82s0, rdmap96s0, rdmap97s0, rdmap98s0, rdmap99s0, rdmap113s0, rdmap114s0 and 22 more), beside the 2 they gave (uverbs0-uverbs1)"
+	for _, tc := range []struct {
+		name    string
+		capture string // p5 when empty
+		place   doctor.Place
+		nodes   []int    // the EFAs whose node the container holds
+		others  []string // non-EFA uverbs nodes it holds
+		claimed []int    // the EFAs its metadata names; nil for no metadata file
+		// metadataDir makes the metadata directory without a dra.net file.
+		metadataDir bool
+		devName     string // the name of the scene's /dev, when not dev
+		broken      bool   // adds a dra.net metadata file that does not decode
+		environ     func(s *scene) []string
+		mountinfo   func(dev string) string // /proc/self/mountinfo
+		status      string                  // /proc/self/status
+		want        doctor.Status
+		message     func(s *scene) string // the whole message
+		contains    []string
+		fix         string // the whole fix
+	}{
+		{name: "claimed EFAs only", nodes: span(0, 4), claimed: span(0, 4), status: capDefault, want: doctor.Pass,
+			message: func(*scene) string {
+				return "this container can open only EFAs its dra.net claims gave it: uverbs0-uverbs3 (rdmap79s0, rdmap80s0, rdmap81s0, rdmap82s0)"
+			}},
+		{name: "every node, two claimed, no source shows", nodes: all, claimed: span(0, 2), status: capDefault, want: doctor.Warn,
+			message: func(*scene) string {
+				return everyButTwo + "; none of the usual sources shows here (NVIDIA's device plugin in MOFED mode, a hostPath volume of /dev/infiniband, a privileged container)"
+			},
+			fix: wantFixMOFED + "; " + wantFixHostPath + "; " + wantFixPrivileged},
+		{name: "every node, two claimed, NVIDIA's MOFED mode", nodes: all, claimed: span(0, 2), want: doctor.Warn,
+			environ: func(*scene) []string { return []string{"NVIDIA_VISIBLE_DEVICES=GPU-1", "NVIDIA_MOFED=enabled"} },
+			message: func(*scene) string {
+				return everyButTwo + "; NVIDIA_MOFED=enabled in this container's environment (NVIDIA's device plugin in MOFED mode)"
+			},
+			fix: wantFixMOFED},
+		{name: "every node, two claimed, a hostPath of /dev/infiniband", nodes: all, claimed: span(0, 2), want: doctor.Warn,
+			mountinfo: func(dev string) string {
+				return "1391 1390 0:118 / / rw,relatime - overlay overlay rw\n" +
+					"1392 1391 0:120 / " + dev + " rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755\n" +
+					"1400 1392 0:5 /infiniband " + dev + "/infiniband rw,nosuid,relatime master:2 - devtmpfs devtmpfs rw,size=4096k,mode=755\n"
+			},
+			message: func(s *scene) string {
+				return everyButTwo + "; " + s.opts.DevDir + "/infiniband is a mount of devtmpfs /infiniband (a hostPath volume)"
+			},
+			fix: wantFixHostPath},
+		// The kernel writes a space in a path as \040.
+		{name: "every node, two claimed, a hostPath of /dev", nodes: all, claimed: span(0, 2), devName: "host dev", want: doctor.Warn,
+			mountinfo: func(dev string) string {
+				return "1392 1391 0:5 / " + strings.ReplaceAll(dev, " ", `\040`) + " rw,nosuid,relatime master:2 - devtmpfs devtmpfs rw,size=4096k,mode=755\n"
+			},
+			message: func(s *scene) string {
+				return everyButTwo + "; " + s.opts.DevDir + " is a mount of devtmpfs / (a hostPath volume)"
+			},
+			fix: wantFixHostPath},
+		{name: "every node, two claimed, privileged", nodes: all, claimed: span(0, 2), status: capPrivileged, want: doctor.Warn,
+			message: func(*scene) string {
+				return everyButTwo + "; CAP_SYS_ADMIN in this container's capability bounding set (a privileged container, likely)"
+			},
+			fix: wantFixPrivileged},
+		{name: "privileged with efakit's env: libfabric", nodes: all, claimed: span(0, 2), status: capPrivileged, want: doctor.Pass,
+			environ: func(s *scene) []string {
+				return []string{"FI_PROVIDER=efa", "FI_EFA_IFACE=" + strings.Join(s.names(0, 1), ",")}
+			},
+			message: func(*scene) string {
+				return everyButTwo + "; FI_EFA_IFACE names exactly the claimed EFAs (efakit's env: libfabric), so libfabric uses no other" +
+					"; CAP_SYS_ADMIN in this container's capability bounding set (a privileged container, likely)"
+			}},
+		{name: "MOFED mode with efakit's env: libfabric still warns", nodes: all, claimed: span(0, 2), want: doctor.Warn,
+			environ: func(s *scene) []string {
+				return []string{"NVIDIA_MOFED=enabled", "FI_EFA_IFACE=" + strings.Join(s.names(0, 1), ",")}
+			},
+			contains: []string{"FI_EFA_IFACE names exactly the claimed EFAs", "NVIDIA_MOFED=enabled"},
+			fix:      wantFixMOFED},
+		// In a user namespace the runtime bind-mounts each device node:
+		// mounts of nodes, not of the directory, and no hostPath.
+		{name: "bind-mounted nodes are no hostPath", nodes: span(0, 4), claimed: span(0, 2), status: capDefault, want: doctor.Warn,
+			mountinfo: func(dev string) string {
+				out := "1392 1391 0:120 / " + dev + " rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755\n"
+				for i := range 4 {
+					out += fmt.Sprintf("%d 1392 0:5 /infiniband/uverbs%d %s/infiniband/uverbs%d rw,nosuid - devtmpfs devtmpfs rw\n", 1401+i, i, dev, i)
+				}
+				return out
+			},
+			message: func(*scene) string {
+				return "this container can open 2 EFAs its dra.net claims did not give it: uverbs2-uverbs3 (rdmap81s0, rdmap82s0), beside the 2 they gave (uverbs0-uverbs1)" +
+					"; none of the usual sources shows here (NVIDIA's device plugin in MOFED mode, a hostPath volume of /dev/infiniband, a privileged container)"
+			},
+			fix: wantFixMOFED + "; " + wantFixHostPath + "; " + wantFixPrivileged},
+		{name: "nodes but no metadata directory", nodes: all, status: capPrivileged, want: doctor.Skip,
+			message: func(s *scene) string {
+				return "this container can open 32 EFAs (uverbs0-uverbs31), and no " + s.opts.MetadataDir +
+					" says which its claims gave (no dra.net claim, or the kubelet mounts no device metadata): not judged"
+			}},
+		{name: "nodes, a metadata directory, no dra.net file", nodes: span(0, 4), metadataDir: true, want: doctor.Skip,
+			message: func(s *scene) string {
+				return "this container can open 4 EFAs (uverbs0-uverbs3), and no dra.net metadata file under " + s.opts.MetadataDir +
+					" says which its claims gave (no dra.net claim, or the kubelet mounts no device metadata): not judged"
+			}},
+		{name: "nodes, no metadata, NVIDIA's MOFED mode", nodes: all, want: doctor.Warn,
+			environ: func(*scene) []string { return []string{"NVIDIA_MOFED=enabled"} },
+			message: func(s *scene) string {
+				return "this container can open 32 EFAs (uverbs0-uverbs31), and no " + s.opts.MetadataDir +
+					" says which its claims gave (no dra.net claim, or the kubelet mounts no device metadata)" +
+					"; NVIDIA_MOFED=enabled in this container's environment (NVIDIA's device plugin in MOFED mode), which gives every uverbs node of the node"
+			},
+			fix: wantFixMOFED},
+		{name: "metadata that does not decode", nodes: all, claimed: span(0, 2), broken: true, environ: func(*scene) []string { return []string{"NVIDIA_MOFED=enabled"} }, want: doctor.Skip,
+			message: func(*scene) string {
+				return "this container can open 32 EFAs (uverbs0-uverbs31), but which its claims gave is not known: " +
+					"dra.net metadata that could not be read or names no EFA (device-metadata says which)"
+			}},
+		{name: "no EFA node", claimed: span(0, 2), want: doctor.Pass,
+			message: func(*scene) string { return "this container can open no EFA's uverbs node" }},
+		{name: "on the node", place: doctor.OnNode, nodes: all, environ: func(*scene) []string { return []string{"NVIDIA_MOFED=enabled"} }, want: doctor.Skip,
+			message: func(*scene) string {
+				return "on a node: only a container holds EFAs it did not claim (run efakit doctor in the pod)"
+			}},
+		// p6-b200: EFAs uverbs0-uverbs5 and uverbs8-uverbs9, mlx5 uverbs6-uverbs7.
+		{name: "p6-b200 mlx5 nodes beside the claimed EFAs", capture: "../testdata/sysfs/p6-b200.48xlarge.sysfs",
+			nodes: span(0, 8), others: []string{"uverbs6", "uverbs7"}, claimed: span(0, 8), want: doctor.Pass,
+			message: func(*scene) string {
+				return "this container can open only EFAs its dra.net claims gave it: uverbs0-uverbs5, uverbs8-uverbs9 " +
+					"(rdmap79s0, rdmap80s0, rdmap96s0, rdmap97s0, rdmap113s0, rdmap114s0, rdmap132s0, rdmap133s0)" +
+					"; 2 other uverbs nodes openable too, not judged: uverbs6-uverbs7 (ibp115s0f0, ibp116s0f0) are no EFAs, and efakit gives only EFAs"
+			}},
+		{name: "p6-b200 every node, one GPU's EFAs claimed", capture: "../testdata/sysfs/p6-b200.48xlarge.sysfs",
+			nodes: span(0, 8), others: []string{"uverbs6", "uverbs7"}, claimed: []int{0}, want: doctor.Warn,
+			environ: func(*scene) []string { return []string{"NVIDIA_MOFED=enabled"} },
+			message: func(*scene) string {
+				return "this container can open 7 EFAs its dra.net claims did not give it: uverbs1-uverbs5, uverbs8-uverbs9 " +
+					"(rdmap80s0, rdmap96s0, rdmap97s0, rdmap113s0, rdmap114s0, rdmap132s0, rdmap133s0), beside the 1 they gave (uverbs0)" +
+					"; NVIDIA_MOFED=enabled in this container's environment (NVIDIA's device plugin in MOFED mode)" +
+					"; 2 other uverbs nodes openable too, not judged: uverbs6-uverbs7 (ibp115s0f0, ibp116s0f0) are no EFAs, and efakit gives only EFAs"
+			},
+			fix: wantFixMOFED},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			place := tc.place
+			if place == "" {
+				place = doctor.InPod
+			}
+			capture := tc.capture
+			if capture == "" {
+				capture = p5Capture
+			}
+			s := sceneOf(t, capture, place)
+			if tc.devName != "" {
+				s.opts.DevDir = filepath.Join(filepath.Dir(s.opts.DevDir), tc.devName)
+			}
+			s.mknod(tc.nodes...)
+			for _, name := range tc.others {
+				s.mknodVerbs(name)
+			}
+			if tc.claimed != nil {
+				s.metadataFile("efas", "efas", s.efaMetadata(tc.claimed...)...)
+			}
+			if tc.metadataDir {
+				require.NoError(t, os.MkdirAll(s.opts.MetadataDir, 0o755))
+			}
+			if tc.broken {
+				path := filepath.Join(s.opts.MetadataDir, metadata.ResourceClaimsSubDir, "c", "efa", metadata.MetadataFileName(drv))
+				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				require.NoError(t, os.WriteFile(path, []byte(`{"apiVersion": "metadata.resource.k8s.io/v1beta1", "kind": "DeviceMetadata", "requests": 3}`), 0o644))
+			}
+			if tc.environ != nil {
+				s.opts.Environ = tc.environ(s)
+			}
+			if tc.mountinfo != nil {
+				s.procSelf("mountinfo", tc.mountinfo(s.opts.DevDir))
+			}
+			if tc.status != "" {
+				s.procSelf("status", tc.status)
+			}
+			rep := s.run()
+			c := check(t, rep, doctor.CheckUnclaimedDevices)
+			assert.Equal(t, tc.want, c.Status, "%s | fix: %s", c.Message, c.Fix)
+			if tc.message != nil {
+				assert.Equal(t, tc.message(s), c.Message)
+			}
+			for _, m := range tc.contains {
+				assert.Contains(t, c.Message, m)
+			}
+			assert.Equal(t, tc.fix, c.Fix)
+			assert.NotContains(t, c.Message, "\n")
+			// The metadata's own check no longer judges EFAs beyond the
+			// claims: one finding, one check.
+			if tc.claimed != nil && len(tc.nodes) > 0 && !tc.broken {
+				assert.Equal(t, doctor.Pass, check(t, rep, doctor.CheckDeviceMetadata).Status, check(t, rep, doctor.CheckDeviceMetadata).Message)
+			}
+		})
+	}
 }
 
 func TestUverbsNodes(t *testing.T) {
@@ -631,6 +879,7 @@ func TestKernelAndDevices(t *testing.T) {
 			doctor.CheckLibfabricVisibility: doctor.Skip,
 			doctor.CheckEnvironment:         doctor.Skip,
 			doctor.CheckDeviceMetadata:      doctor.Skip,
+			doctor.CheckUnclaimedDevices:    doctor.Skip,
 			doctor.CheckDevicePlugin:        doctor.Skip,
 			doctor.CheckDRADriver:           doctor.Skip,
 			doctor.CheckCDI:                 doctor.Warn,
@@ -870,6 +1119,7 @@ func ExampleRun() {
 	// pass memlock
 	// skip environment
 	// skip device-metadata
+	// skip unclaimed-devices
 	// skip device-plugin
 	// skip dra-driver
 	// warn cdi

@@ -135,8 +135,8 @@ func stringAttr(d metadata.Device, driverName string, name resourceapi.Qualified
 }
 
 // deviceMetadata checks that every EFA the pod's metadata names has an
-// openable uverbs node here, and that every EFA node this container can
-// open is named by some metadata file.
+// openable uverbs node here, with the uverbs device the metadata gives.
+// EFA nodes the container can open beyond those are unclaimedDevices'.
 func (f *facts) deviceMetadata() Check {
 	if f.o.Place == OnNode {
 		return Check{ID: CheckDeviceMetadata, Status: Skip, Message: "on a node: device metadata is mounted into containers only"}
@@ -160,7 +160,7 @@ func (f *facts) deviceMetadata() Check {
 		}
 		return Check{ID: CheckDeviceMetadata, Status: Warn,
 			Message: fmt.Sprintf("this container can open %s (%s), but no %s metadata file under %s names them", plural(len(held), "EFA"), listNames(held, maxListed), f.o.DriverName, m.dir),
-			Fix:     "device metadata is off, or the EFAs came from elsewhere (a privileged container, AWS's device plugin): give EFAs through efakit's claims"}
+			Fix:     "device metadata is off, or the EFAs came from elsewhere (NVIDIA's device plugin in MOFED mode, a hostPath volume, a privileged container, AWS's device plugin; unclaimed-devices looks for the first three): give EFAs through efakit's claims"}
 	}
 	if len(m.bare) > 0 {
 		parts = append(parts, part{Warn, fmt.Sprintf("%s without an rdmaDevice or members attribute: %s", plural(len(m.bare), "device"), listNames(m.bare, 4)),
@@ -180,12 +180,6 @@ func (f *facts) deviceMetadata() Check {
 			renumbered = append(renumbered, fmt.Sprintf("%s is %s in the metadata, %s in sysfs", rdma, u, v.Name))
 		}
 	}
-	var unnamed []string
-	for _, n := range held {
-		if _, ok := m.named[n]; !ok {
-			unnamed = append(unnamed, n)
-		}
-	}
 	if len(notOpenable) > 0 {
 		parts = append(parts, part{Fail, "the metadata names EFAs this container cannot open: " + listNames(notOpenable, 4),
 			"the runtime did not apply the claim's CDI device: check CDI in the runtime (containerd: enable_cdi, cdi_spec_dirs) and efakit's plugin log for the claim"})
@@ -198,12 +192,8 @@ func (f *facts) deviceMetadata() Check {
 		parts = append(parts, part{Fail, listNames(renumbered, 4),
 			"the uverbs devices were numbered again since the claim was prepared (a reboot, or an efa or ib_uverbs module reload): recreate the pod"})
 	}
-	if len(unnamed) > 0 {
-		parts = append(parts, part{Fail, fmt.Sprintf("this container can open %s that no %s metadata file names: %s", plural(len(unnamed), "EFA"), f.o.DriverName, listNames(unnamed, maxListed)),
-			"the container holds EFAs its claims did not give it (a privileged container, AWS's device plugin): give EFAs through claims only"})
-	}
-	if len(notOpenable)+len(notInSysfs)+len(renumbered)+len(unnamed) == 0 {
-		parts = append(parts, part{Pass, fmt.Sprintf("%s name %s (%s), each openable here, and no other EFA is",
+	if len(notOpenable)+len(notInSysfs)+len(renumbered) == 0 {
+		parts = append(parts, part{Pass, fmt.Sprintf("%s name %s (%s), each openable here",
 			plural(len(m.files), f.o.DriverName+" metadata file"), plural(len(m.order), "EFA"), listNames(m.order, maxListed)), ""})
 	}
 	return combine(CheckDeviceMetadata, parts...)

@@ -29,7 +29,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("doctor")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	dev := fl.String("dev", "/dev", "`directory` where /dev/infiniband/uverbsN nodes are looked for")
-	proc := fl.String("proc", "/proc", "proc file system `directory` (the container runtime's memlock limit)")
+	proc := fl.String("proc", "/proc", "proc file system `directory` (on a node, the container runtime's memlock limit; in a pod, self/mountinfo and self/status)")
 	cdiRoot := fl.String("cdi-root", "/var/run/cdi", "CDI spec `directory`")
 	kubeletDir := fl.String("kubelet-dir", "/var/lib/kubelet", "the kubelet's root `directory` (device-plugins/, plugins_registry/)")
 	metadataDir := fl.String("metadata-dir", metadata.ContainerDir, "DRA device metadata `directory` in a container")

@@ -62,7 +62,7 @@ func TestDoctorText(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	ids := []doctor.CheckID{doctor.CheckKernelModules, doctor.CheckEFADevices, doctor.CheckPCIeLinks, doctor.CheckUverbsNodes, doctor.CheckLibfabricVisibility,
 		doctor.CheckRDMANetns, doctor.CheckMemlock, doctor.CheckEnvironment, doctor.CheckDeviceMetadata,
-		doctor.CheckDevicePlugin, doctor.CheckDRADriver, doctor.CheckCDI}
+		doctor.CheckUnclaimedDevices, doctor.CheckDevicePlugin, doctor.CheckDRADriver, doctor.CheckCDI}
 	require.Len(t, lines, len(ids), out)
 	for i, l := range lines {
 		fields := strings.Fields(l)
@@ -85,7 +85,7 @@ func TestDoctorJSON(t *testing.T) {
 	assert.Equal(t, 1, code, errOut)
 	var rep doctor.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	require.Len(t, rep.Checks, 12)
+	require.Len(t, rep.Checks, 13)
 	assert.True(t, rep.Failed())
 	c, ok := rep.Check(doctor.CheckEFADevices)
 	require.True(t, ok)
