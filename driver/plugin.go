@@ -189,6 +189,9 @@ type PluginOptions struct {
 	// (optional: without it such a prepare is refused until the kubelet
 	// unprepares the first claim).
 	KubeClient kubernetes.Interface
+	// StatusClient writes prepared claims' status.devices (optional:
+	// without it none are written).
+	StatusClient kubernetes.Interface
 	// Pods lists which containers of the node's pods use which claims
 	// (optional: without it a claim asking for the libfabric environment
 	// is refused, and messages name claims without their pods).
@@ -238,7 +241,7 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	if p.ops.stop == nil {
 		p.ops.stop = func(error) {}
 	}
-	p.ops.status = claimstatus.New(claimstatus.Options{Client: o.KubeClient, DriverName: o.Config.Driver(), Pool: o.Config.NodeName,
+	p.ops.status = claimstatus.New(claimstatus.Options{Client: o.StatusClient, DriverName: o.Config.Driver(), Pool: o.Config.NodeName,
 		Observe: func(out claimstatus.Outcome) { p.ops.metrics.ClaimStatus.WithLabelValues(string(out)).Inc() }})
 	p.ops.efa = metrics.NewEFA(o.SysfsRoot, p.efaTargets)
 	p.ops.metrics.Registry.MustRegister(p.ops.efa)

@@ -181,7 +181,7 @@ func (r *run) serve(o ServeOptions) error {
 	pub := &publishing.Slices{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
 		SyncDelay: publishing.JitteredRepairDelay()}
 	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, CDI: writer,
-		Store: store, BootID: bootID, KubeClient: o.KubeClient, Pods: pods, DataDir: dataDir,
+		Store: store, BootID: bootID, KubeClient: o.KubeClient, StatusClient: o.statusClient(), Pods: pods, DataDir: dataDir,
 		Hooks: Hooks{Events: recorder, Stop: func(err error) { r.cancel(err) },
 			Precheck: owners.All(owners.Netns(live),
 				owners.Node(nodes, o.AllowDevicePlugin),

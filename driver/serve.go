@@ -39,6 +39,8 @@ type ServeOptions struct {
 	// publishes nothing there and says why: two owners of one EFA would
 	// hand it to two pods.
 	AllowDevicePlugin bool
+	// ClaimStatus says how prepared claims' status.devices are written.
+	ClaimStatus ClaimStatusOptions
 	// Class is the single-EFA DeviceClass the chart makes, with the
 	// extended resource it declares (vpc.amazonaws.com/efa): read once at
 	// start to say whether the API server kept it. Nothing is read when
@@ -79,4 +81,26 @@ type Paths struct {
 type Intervals struct {
 	RescanInterval time.Duration
 	HealthInterval time.Duration
+}
+
+// ClaimStatusOptions say how prepared claims' status.devices are written.
+type ClaimStatusOptions struct {
+	// Client writes them: a client with a rate limiter of its own
+	// (cmd/efakit-plugin makes one), so that the writes never spend the
+	// rate the kubelet helper's claim reads, which prepares wait on, are
+	// allowed. KubeClient when nil.
+	Client kubernetes.Interface
+	// Off writes none.
+	Off bool
+}
+
+// statusClient is the client that writes claims' status, nil for none.
+func (o ServeOptions) statusClient() kubernetes.Interface {
+	switch {
+	case o.ClaimStatus.Off:
+		return nil
+	case o.ClaimStatus.Client != nil:
+		return o.ClaimStatus.Client
+	}
+	return o.KubeClient
 }

@@ -88,6 +88,7 @@ var flagEnv = []struct{ flag, env string }{
 	{"health-interval", "HEALTH_INTERVAL"},
 	{"http-address", "HTTP_ADDRESS"},
 	{"allow-with-device-plugin", "ALLOW_EFA_DEVICE_PLUGIN"},
+	{"claim-status", "CLAIM_STATUS"},
 	{"device-class-name", "DEVICE_CLASS_NAME"},
 	{"extended-resource-name", "EXTENDED_RESOURCE_NAME"},
 	{"kubeconfig", "KUBECONFIG"},
@@ -145,6 +146,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
 	fl.StringVar(&s.HTTPAddr, "http-address", ":8080", "address for /healthz, /readyz and /metrics (\"\" for none)")
 	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", false, "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node")
+	claimStatus := fl.Bool("claim-status", true, "write each prepared claim's status.devices (Ready, Healthy, the EFA's data), with an API client rate of its own (--kube-api-qps and --kube-api-burst again)")
 	fl.StringVar(&s.Class.ClassName, "device-class-name", resources.DefaultDeviceClass, "the single-EFA DeviceClass, whose --extended-resource-name is checked at start")
 	fl.StringVar(&s.Class.ExtendedResourceName, "extended-resource-name", "", "the extended resource the DeviceClass declares (the chart's deviceClasses.extendedResourceName): the plugin says at start whether the API server kept it (\"\" for no check)")
 	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
@@ -208,6 +210,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 		return usageError("--sharing: %v", err)
 	}
 	s.Class.DriverName = *driverName
+	s.ClaimStatus.Off = !*claimStatus
 	if *watchUevents {
 		s.Uevents = uevents.Kernel
 	}
@@ -250,6 +253,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logger.Error(err, "Making the Kubernetes client failed")
 		klog.Flush()
 		return 1
+	}
+	// The claim status writes get a rate limiter of their own: the
+	// kubelet-plugin helper reads each claim before a prepare through
+	// KubeClient's, and a burst of status writes must not delay them.
+	if !o.ClaimStatus.Off {
+		if o.ClaimStatus.Client, err = kubernetes.NewForConfig(rest.CopyConfig(cfg)); err != nil {
+			logger.Error(err, "Making the Kubernetes client failed")
+			klog.Flush()
+			return 1
+		}
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

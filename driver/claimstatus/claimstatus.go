@@ -391,7 +391,7 @@ func (w *Writer) failed(ctx context.Context, c Claim, err error) Outcome {
 		w.said[Forbidden] = true
 		w.mu.Unlock()
 		if first {
-			logger.Error(err, "Claims' device status not written", "why", "the plugin's token may not write it: it needs patch of resourceclaims/status and, from Kubernetes 1.36, associated-node:patch of resourceclaims/driver for its driver name (the chart's role grants both)",
+			logger.Error(err, "Claims' device status not written", "why", "the plugin's token may not write it: it needs patch of resourceclaims/status and, from Kubernetes 1.36, associated-node:patch of resourceclaims/driver for its driver name (the chart's role grants both from Kubernetes 1.36, claimStatus.rbac)",
 				"then", "the plugin goes on preparing claims; said once")
 		}
 		return Forbidden

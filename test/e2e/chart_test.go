@@ -130,6 +130,7 @@ func TestChartRenders(t *testing.T) {
 	assert.Equal(t, int32(0), ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntVal)
 	assert.Contains(t, c.Args, "--groups=none")
 	assert.Contains(t, c.Args, "--sharing=none")
+	assert.Contains(t, c.Args, "--claim-status=true")
 	assert.Contains(t, c.Args, "--shares=8")
 	assert.Contains(t, c.Args, "--device-class-name=efa.networking.k8s.aws", "the plugin says at start whether the API server kept the class's extended resource")
 	assert.Contains(t, c.Args, "--extended-resource-name=vpc.amazonaws.com/efa")
@@ -209,6 +210,7 @@ func TestChartClaimStatusRBAC(t *testing.T) {
 		{"1.34", []string{"--kube-version", "1.34.0"}, false},
 		{"1.34 asked for", []string{"--kube-version", "1.34.0", "--set", "claimStatus.rbac=true"}, true},
 		{"1.37 turned off", []string{"--set", "claimStatus.rbac=false"}, false},
+		{"1.37 no writes", []string{"--set", "claimStatus.write=false"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := role(tc.args...)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -213,9 +216,38 @@ func hasCounters(s *resourceapi.ResourceSlice) bool {
 // server, which keeps neither taints, counters nor list-form attributes:
 // an unhealthy EFA is withheld instead of tainted; --numa-list falls back
 // to numaNode as a number; mixed mode stops with a clear error and leaves
-// no slice behind. Each says so in the plugin's log.
+// no slice behind; --sharing=capacity publishes exclusive EFAs (no
+// consumable capacity); the chart's class applies without its extended
+// resource; the chart's role on 1.34 grants no claim status, and the
+// plugin, refused, says so once and prepares on. Each says so in the
+// plugin's log.
 func TestPluginOn134(t *testing.T) {
 	c := apiServer134(t)
+
+	t.Run("chart, extended resource and claim status", func(t *testing.T) { chartOn134(t, c) })
+
+	t.Run("sharing falls back to exclusive", func(t *testing.T) {
+		n := newE2ENode(t, c, "p5-134-sharing", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone,
+			func(n *e2eNode) { n.args = []string{"--sharing=capacity", "--shares=4"} })
+		waitLog(t, n.dir, "each EFA is published for one claim at a time")
+		eventually(t, func() bool {
+			for _, s := range n.slices(32) {
+				for _, d := range s.Spec.Devices {
+					if d.AllowMultipleAllocations != nil || len(d.Capacity) > 0 {
+						return false
+					}
+				}
+			}
+			return true
+		}, 30*time.Second, 200*time.Millisecond, func() string { return "exclusive EFAs published; log:\n" + n.log() })
+		// The admin's token writes claim status: 1.34 keeps it.
+		claim := allocateByHand(t, c, "default", "on-134", n.name, "efa-0000-4f-00-0")
+		assert.Len(t, n.prepare(claim), 1)
+		eventually(t, func() bool {
+			got, err := c.client.ResourceV1().ResourceClaims("default").Get(context.Background(), claim.Name, metav1.GetOptions{})
+			return err == nil && len(got.Status.Devices) == 1
+		}, 30*time.Second, 200*time.Millisecond, func() string { return "the claim's status.devices on 1.34; log:\n" + n.log() })
+	})
 
 	t.Run("unhealthy EFA withheld", func(t *testing.T) {
 		n := newE2ENode(t, c, "p5-134-port-down", portDownFixture(t), resources.GroupsNone)
@@ -308,4 +340,88 @@ func waitLog(t *testing.T, dir, s string) {
 		log, _ := os.ReadFile(filepath.Join(dir, "plugin.log"))
 		return fmt.Sprintf("the plugin's log says %q; it says:\n%s", s, log)
 	})
+}
+
+// allocateByHand makes a claim of one EFA of the driver dra.net on node,
+// allocated as the scheduler would (no scheduler runs beside 1.34's API
+// server here).
+func allocateByHand(t *testing.T, c *controlPlane, ns, name, node, device string) *resourceapi.ResourceClaim {
+	t.Helper()
+	ctx := context.Background()
+	cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Finalizers: []string{resourceapi.Finalizer}},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+			{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: resources.DefaultDeviceClass}}}}}}
+	cl, err := c.client.ResourceV1().ResourceClaims(ns).Create(ctx, cl, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cl.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "efa", Driver: resources.DefaultDriverName, Pool: node, Device: device}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}},
+	}
+	cl, err = c.client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	return cl
+}
+
+// chartOn134: the chart as helm renders it for 1.34 applies to 1.34's API
+// server; the server keeps the single-EFA class without its
+// extendedResourceName (DRAExtendedResource is alpha and off there), and
+// the role grants no claim status (before 1.36 the grant would reach every
+// claim's status). The plugin, run with the chart's token and arguments,
+// says at start that pods asking for vpc.amazonaws.com/efa are not served,
+// and, refused the claim status, says so once and prepares on.
+func chartOn134(t *testing.T, c *controlPlane) {
+	ctx := context.Background()
+	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
+	require.NoError(t, createIgnoreExists(err))
+	objs := render(t, "--kube-version", "1.34.4")
+	apply(t, c.config, objs)
+	dc, err := c.client.ResourceV1().DeviceClasses().Get(ctx, resources.DefaultDeviceClass, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Nil(t, dc.Spec.ExtendedResourceName, "1.34 drops the field")
+	var args []string
+	for _, o := range objs {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+				if strings.HasPrefix(a, "--extended-resource-name=") || strings.HasPrefix(a, "--device-class-name=") {
+					args = append(args, a)
+				}
+			}
+		}
+	}
+	require.Len(t, args, 2, "the chart tells the plugin its class")
+	const name = "p5-134-chart"
+	kubeconfig := pluginKubeconfig(t, c, "efakit", name, t.TempDir())
+	n := newE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone,
+		func(n *e2eNode) { n.args = append(args, "--kubeconfig="+kubeconfig) })
+	n.slices(32)
+	waitLog(t, n.dir, "DRAExtendedResource is off on the API server")
+	for i, dev := range []string{"efa-0000-4f-00-0", "efa-0000-50-00-0"} {
+		claim := allocateByHand(t, c, "default", fmt.Sprintf("chart-134-%d", i), name, dev)
+		assert.Len(t, n.prepare(claim), 1, "prepared, whatever the claim status")
+	}
+	waitLog(t, n.dir, "Claims' device status not written")
+	// Said once, though both claims' writes were refused.
+	eventually(t, func() bool {
+		return strings.Contains(n.metricsText(), `efakit_plugin_claim_status_writes_total{outcome="forbidden"} 2`)
+	}, 30*time.Second, 200*time.Millisecond, func() string { return n.metricsText() })
+	log, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
+	assert.Equal(t, 1, strings.Count(string(log), "Claims' device status not written"), "said once")
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.Contains(l, "Extended resource not served") || strings.Contains(l, "Claims' device status not written") {
+			t.Logf("the plugin on 1.34: %s", l)
+		}
+	}
+}
+
+// metricsText is the plugin's /metrics as it serves them.
+func (n *e2eNode) metricsText() string {
+	resp, err := http.Get(n.http + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

@@ -29,7 +29,7 @@ always, false never. Empty for no.
 */}}
 {{- define "efakit.claimStatusRBAC" -}}
 {{- $v := toString .Values.claimStatus.rbac -}}
-{{- if or (eq $v "true") (and (eq $v "auto") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version)) -}}
+{{- if and .Values.claimStatus.write (or (eq $v "true") (and (eq $v "auto") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version))) -}}
 true
 {{- end -}}
 {{- end -}}
