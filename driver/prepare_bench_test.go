@@ -135,7 +135,17 @@ func benchPrepareLatency(b *testing.B, cdiDir, dataDir string) {
 // plugin stops at the end of the test.
 func servePlugin(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) error, claims ...*resourceapi.ResourceClaim) drapb.DRAPluginClient {
 	tb.Helper()
-	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
+	return servePluginWith(tb, cdiDir, dataDir, sync, driver.ClaimStatusOptions{}, claims...)
+}
+
+// servePluginWith is servePlugin with the claims' status writes as st
+// says.
+func servePluginWith(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) error, st driver.ClaimStatusOptions, claims ...*resourceapi.ResourceClaim) drapb.DRAPluginClient {
+	tb.Helper()
+	client := fake.NewClientset()
+	if _, err := client.CoreV1().Nodes().Create(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}}, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	for _, c := range claims {
 		if _, err := client.ResourceV1().ResourceClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
@@ -158,7 +168,7 @@ func servePlugin(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) erro
 			Paths: driver.Paths{SysfsRoot: p5, ProcRoot: proc, CDIRoot: filepath.Join(cdiDir, "cdi"),
 				RegistrarDir: filepath.Join(dataDir, "reg"), PluginsDir: filepath.Join(dataDir, "plugins")},
 			Ready: ready, Live: efa.StaticLive{Mode: efa.NetnsShared},
-			Sync: sync,
+			Sync: sync, ClaimStatus: st,
 		})
 	}()
 	select {
