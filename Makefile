@@ -54,15 +54,17 @@ e2e: e2e-deps
 ## burst: pod start through the real node, as make e2e runs it
 ## (TestRealNodePodStart) with more rounds (BURSTROUNDS, 6) and the
 ## plugin at client-go's default API client rate beside the chart's
-## (BURSTRATES, QPS/burst pairs): bursts of pods created at once on p5
+## (BURSTRATES, QPS/burst pairs), with and without claim status writes
+## (BURSTSTATUS=on,off): bursts of pods created at once on p5
 ## and trn2 and one pod after another, each beside the same pods without
 ## claims, with the percentiles and where the time went. About 25 minutes
 ## with every binary built.
 BURSTROUNDS ?= 6
 BURSTRATES ?= 5/10,50/100
+BURSTSTATUS ?= on
 .PHONY: burst
 burst: e2e-deps
-	cd test/e2e && EFAKIT_BURST_ROUNDS=$(BURSTROUNDS) EFAKIT_BURST_RATES=$(BURSTRATES) $(GO) test -count=1 -timeout 90m -run '^TestRealNodePodStart$$' -v .
+	cd test/e2e && EFAKIT_BURST_ROUNDS=$(BURSTROUNDS) EFAKIT_BURST_RATES=$(BURSTRATES) EFAKIT_BURST_CLAIM_STATUS=$(BURSTSTATUS) $(GO) test -count=1 -timeout 90m -run '^TestRealNodePodStart$$' -v .
 
 ## scale: the fleet harness (test/e2e/scale_test.go): the real
 ## kube-apiserver, kube-scheduler and kube-controller-manager with

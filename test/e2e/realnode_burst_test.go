@@ -494,6 +494,39 @@ func burstRates(t *testing.T) [][2]string {
 	return out
 }
 
+// burstClaimStatus says whether the pod-start test runs the plugin with
+// claim status writes (true), without (false), or both:
+// EFAKIT_BURST_CLAIM_STATUS ("on,off"), on alone when unset.
+func burstClaimStatus(t *testing.T) []bool {
+	v := os.Getenv("EFAKIT_BURST_CLAIM_STATUS")
+	if v == "" {
+		return []bool{true}
+	}
+	var out []bool
+	for _, s := range strings.Split(v, ",") {
+		require.Contains(t, []string{"on", "off"}, s, "EFAKIT_BURST_CLAIM_STATUS: on, off or both")
+		out = append(out, s == "on")
+	}
+	return out
+}
+
+// burstContender runs the p5 bursts with the plugin started with the
+// chart's values.
+func burstContender(t *testing.T, n *realNode, name string, values []string, single func(int) []corev1.PodResourceClaim) {
+	t.Run(name, func(t *testing.T) {
+		n.startEFAKit(p5Fixture, values...)
+		defer n.killEFAKit(syscall.SIGTERM)
+		n.waitEFAs(t, 32)
+		t.Run("burst-32-single-efa", func(t *testing.T) { n.podStart(t, "single", 32, burstRounds(), single) })
+		t.Run("burst-8-gpu-with-efas", func(t *testing.T) {
+			n.podStart(t, "gpu", 8, burstRounds(), func(int) []corev1.PodResourceClaim {
+				return []corev1.PodResourceClaim{templateClaim("c", "efakit-gpu-with-efas")}
+			})
+		})
+		t.Run("one-by-one", func(t *testing.T) { n.podStart(t, "one", 1, 2*burstRounds(), single) })
+	})
+}
+
 // TestRealNodePodStart: pods start on a p5 node filling at once (32
 // single-EFA pods; 8 pods each with a GPU and its 4 EFAs) and one after
 // another, and on a trn2 node (16 single-EFA pods), each beside the same
@@ -511,22 +544,16 @@ func TestRealNodePodStart(t *testing.T) {
 		createSeed(t, c, "seed-claims.yaml")
 		createTemplates(t, c, p5Fixture, resources.GroupsNone, "efakit-")
 		for _, rate := range burstRates(t) {
-			name, values := "chart-default", []string(nil)
-			if rate[0] != "" {
-				name, values = "qps-"+rate[0]+"-burst-"+rate[1], []string{"--set", "kubeAPI.qps=" + rate[0], "--set", "kubeAPI.burst=" + rate[1]}
+			for _, status := range burstClaimStatus(t) {
+				name, values := "chart-default", []string(nil)
+				if rate[0] != "" {
+					name, values = "qps-"+rate[0]+"-burst-"+rate[1], []string{"--set", "kubeAPI.qps=" + rate[0], "--set", "kubeAPI.burst=" + rate[1]}
+				}
+				if !status {
+					name, values = name+"-no-claim-status", append(values, "--set", "claimStatus.write=false")
+				}
+				burstContender(t, n, name, values, single)
 			}
-			t.Run(name, func(t *testing.T) {
-				n.startEFAKit(p5Fixture, values...)
-				defer n.killEFAKit(syscall.SIGTERM)
-				n.waitEFAs(t, 32)
-				t.Run("burst-32-single-efa", func(t *testing.T) { n.podStart(t, "single", 32, burstRounds(), single) })
-				t.Run("burst-8-gpu-with-efas", func(t *testing.T) {
-					n.podStart(t, "gpu", 8, burstRounds(), func(int) []corev1.PodResourceClaim {
-						return []corev1.PodResourceClaim{templateClaim("c", "efakit-gpu-with-efas")}
-					})
-				})
-				t.Run("one-by-one", func(t *testing.T) { n.podStart(t, "one", 1, 2*burstRounds(), single) })
-			})
 		}
 	})
 	t.Run("trn2.48xlarge", func(t *testing.T) {
