@@ -105,15 +105,26 @@ func podUsing(name string, claims []string, ctrs map[string][]string, env ...cor
 }
 
 // kubeletCDIDevices is the kubelet's list of CDI device IDs for a
-// container (GetResources): its pod claims' requests, walked claim by
-// claim in the given order (the kubelet walks a Go map, so any order
-// happens), each request's devices' IDs appended without de-duplication.
+// container (GetResources): its pod claims' requests and, of the claim
+// the scheduler made for the pod's extended resources, the requests the
+// pod's status maps to the container for an extended resource it asks
+// for, walked claim by claim in the given order (the kubelet walks a Go
+// map, so any order happens), each request's devices' IDs appended
+// without de-duplication.
 func kubeletCDIDevices(pod *corev1.Pod, ctr corev1.Container, prepared map[string]*drapb.NodePrepareResourceResponse, order []string) []string {
 	claimRequests := map[string][]string{}
 	for _, pc := range pod.Spec.ResourceClaims {
 		for _, rc := range ctr.Resources.Claims {
 			if rc.Name == pc.Name {
 				claimRequests[*pc.ResourceClaimName] = append(claimRequests[*pc.ResourceClaimName], rc.Request)
+			}
+		}
+	}
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
+		for _, rm := range st.RequestMappings {
+			q := ctr.Resources.Requests[corev1.ResourceName(rm.ResourceName)]
+			if rm.ContainerName == ctr.Name && !q.IsZero() {
+				claimRequests[st.ResourceClaimName] = append(claimRequests[st.ResourceClaimName], rm.RequestName)
 			}
 		}
 	}
@@ -179,6 +190,9 @@ func (n *kubeletNode) containerSees(pod *corev1.Pod, ctrName string, prepared ma
 	var names []string
 	for _, pc := range pod.Spec.ResourceClaims {
 		names = append(names, *pc.ResourceClaimName)
+	}
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
+		names = append(names, st.ResourceClaimName)
 	}
 	orders := [][]string{names, slices.Clone(names)}
 	slices.Reverse(orders[1])

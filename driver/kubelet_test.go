@@ -49,6 +49,9 @@ type kubeletNode struct {
 	rescan  chan struct{}
 	live    efa.Live
 	groups  resources.GroupMode
+	// sharing and shares are the plugin's --sharing and --shares.
+	sharing resources.SharingMode
+	shares  int64
 	// pods is the kubelet's PodResources API: the pods it runs.
 	pods *podresourcestest.Server
 }
@@ -166,7 +169,7 @@ func (n *kubeletNode) start() {
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
 		n.done <- driver.Serve(ctx, driver.ServeOptions{
-			Config:     resources.Config{NodeName: node, Groups: n.groups},
+			Config:     resources.Config{NodeName: node, Groups: n.groups, Sharing: n.sharing, Shares: n.shares},
 			KubeClient: n.client,
 			Paths: driver.Paths{
 				PodResourcesSocket: n.pods.Socket,

@@ -25,12 +25,14 @@
 package claimstatus
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -310,7 +312,7 @@ func (w *Writer) write(ctx context.Context, uid types.UID) Outcome {
 	}
 	c = st.want
 	entries, applied, err := w.entries(st, c)
-	same := err == nil && apiequality.Semantic.DeepEqual(entries, st.sent)
+	same := err == nil && sameEntries(entries, st.sent)
 	w.mu.Unlock()
 	if err != nil {
 		logger.Error(err, "Claim status not written", "claim", klog.KRef(c.Namespace, c.Name))
@@ -440,6 +442,39 @@ func (w *Writer) entries(st *state, c Claim) ([]resourceapi.AllocatedDeviceStatu
 	}
 	sortEntries(out)
 	return out, applied, nil
+}
+
+// sameEntries tells whether two lists of entries say the same, their data
+// compared as JSON values: the API server gives data back with its keys
+// in another order than sent (a server-side apply goes through an
+// unstructured map, whose keys are marshalled sorted), and entries read
+// from it must compare equal to the same entries built here.
+func sameEntries(a, b []resourceapi.AllocatedDeviceStatus) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if !sameData(x.Data, y.Data) {
+			return false
+		}
+		x.Data, y.Data = nil, nil
+		if !apiequality.Semantic.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameData(a, b *runtime.RawExtension) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	var x, y any
+	if json.Unmarshal(a.Raw, &x) != nil || json.Unmarshal(b.Raw, &y) != nil {
+		return bytes.Equal(a.Raw, b.Raw)
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // sortEntries sorts entries by device and share.
