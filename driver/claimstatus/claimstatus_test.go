@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/efakit/efakit/driver/claimstatus"
 )
@@ -62,23 +63,10 @@ func (o *outcomes) get(out claimstatus.Outcome) int {
 	return o.n[out]
 }
 
-// clock is a settable clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func start(t *testing.T, client *fake.Clientset) (*claimstatus.Writer, *outcomes, *clock) {
+func start(t *testing.T, client *fake.Clientset) (*claimstatus.Writer, *outcomes, *testingclock.FakeClock) {
 	t.Helper()
 	o := &outcomes{}
-	clk := &clock{now: time.Unix(2e9, 0)}
+	clk := testingclock.NewFakeClock(time.Unix(2e9, 0))
 	w := claimstatus.New(claimstatus.Options{Client: client, DriverName: "dra.net", Pool: node, Observe: o.observe, Backoff: time.Millisecond, Now: clk.Now})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -144,7 +132,7 @@ func TestWrite(t *testing.T) {
 	require.NoError(t, json.Unmarshal(efa.Data.Raw, &data))
 	assert.Equal(t, claimstatus.EFAData{RDMADevice: "rdmap79s0", Request: "efas"}, data)
 
-	clk.set(time.Unix(2e9+60, 0))
+	clk.SetTime(time.Unix(2e9+60, 0))
 	w.Set(want(false), nil)
 	require.Eventually(t, func() bool {
 		return condition(entries(t, client)["dra.net/efa-0000-50-00-0"], claimstatus.TypeHealthy).Status == metav1.ConditionFalse

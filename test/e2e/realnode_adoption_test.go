@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -131,7 +132,7 @@ func (n *realNode) nodesOf(t *testing.T, nodes efaNodes, c *resourceapi.Resource
 	published := n.publishedEFAs(t)
 	var out []string
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != resources.DefaultDriverName || (len(requests) > 0 && !contains(requests, r.Request)) {
+		if r.Driver != resources.DefaultDriverName || (len(requests) > 0 && !slices.Contains(requests, r.Request)) {
 			continue
 		}
 		d, ok := published[r.Device]
@@ -140,15 +141,6 @@ func (n *realNode) nodesOf(t *testing.T, nodes efaNodes, c *resourceapi.Resource
 	}
 	sort.Strings(out)
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // waitPending waits until the scheduler says why the pod does not fit,
@@ -281,7 +273,7 @@ func TestRealNodeExtendedResources(t *testing.T) {
 		rdmaOf := func(claim *resourceapi.ResourceClaim, reqs []string) string {
 			var names []string
 			for _, r := range claim.Status.Allocation.Devices.Results {
-				if contains(reqs, r.Request) {
+				if slices.Contains(reqs, r.Request) {
 					names = append(names, *published[r.Device].Attributes[resources.AttrRDMADev].StringValue)
 				}
 			}
