@@ -110,3 +110,74 @@ func TestEnvMapKeepsFirst(t *testing.T) {
 	m := envMap([]string{"A=1", "B", "A=2", "C="})
 	assert.Equal(t, map[string]string{"A": "1", "C": ""}, m)
 }
+
+func TestParseDevMounts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"container /dev: tmpfs, nodes bind-mounted one by one", "1 0 0:50 / /dev rw - tmpfs tmpfs rw\n2 1 0:5 /infiniband/uverbs0 /dev/infiniband/uverbs0 rw - devtmpfs udev rw\n", nil},
+		{"a hostPath of /dev/infiniband", "3 1 0:5 /infiniband /dev/infiniband rw - devtmpfs udev rw\n", []string{"/dev/infiniband is a mount of devtmpfs /infiniband"}},
+		{"the node's /dev", "4 0 0:5 / /dev rw - devtmpfs udev rw\n", []string{"/dev is a mount of devtmpfs /"}},
+		{"escaped space", "5 0 0:5 /in\\040b /dev/infiniband rw - devtmpfs udev rw\n", []string{"/dev/infiniband is a mount of devtmpfs /in\\040b"}},
+		{"no separator", "6 0 0:5 / /dev/infiniband rw devtmpfs udev rw\n", nil},
+		{"short", "7 0 /dev - x\n", nil},
+		{"empty", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseDevMounts(strings.NewReader(tc.in), "/dev")
+			assert.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func FuzzParseDevMounts(f *testing.F) {
+	f.Add("3 1 0:5 /infiniband /dev/infiniband rw - devtmpfs udev rw\n")
+	f.Add("4 0 0:5 / /dev rw - devtmpfs udev rw\n")
+	f.Add("5 0 0:5 /in\\040b /dev/in\\040finiband rw - tmpfs x rw\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseDevMounts(strings.NewReader(s), "/dev")
+		if err == nil && len(got) > strings.Count(s, "\n")+1 {
+			t.Fatalf("%d mounts from %d lines", len(got), strings.Count(s, "\n")+1)
+		}
+	})
+}
+
+func TestParseCapBnd(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in string
+		want     uint64
+		err      string
+	}{
+		{"privileged", "Name:\tsh\nCapBnd:\t000001ffffffffff\n", 0x1ffffffffff, ""},
+		{"runtime default", "CapBnd:\t00000000a80425fb\n", 0xa80425fb, ""},
+		{"no line", "Name:\tsh\n", 0, ""},
+		{"garbage", "CapBnd:\tlots\n", 0, `CapBnd "lots"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseCapBnd(tc.in)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			assert.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func FuzzParseCapBnd(f *testing.F) {
+	f.Add("CapBnd:\t000001ffffffffff\n")
+	f.Add("Name:\tsh\n")
+	f.Add("CapBnd:\tzz\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		if set, err := parseCapBnd(s); err != nil && set != 0 {
+			t.Fatalf("set %x with an error", set)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -168,10 +169,8 @@ func (f *facts) nodeSources() ([]nodeSource, []error) {
 }
 
 // devMounts reads a mountinfo file for what a volume puts at the device
-// nodes' place: a mount at <devDir>/infiniband, or a devtmpfs at devDir
-// (the node's own /dev). A container's /dev is a tmpfs the runtime fills
-// node by node, and CDI adds nodes, never a directory mount. A file that
-// is not there is no error: no mount is known.
+// nodes' place (parseDevMounts). A file that is not there is no error: no
+// mount is known.
 func devMounts(path, devDir string) ([]string, error) {
 	fh, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -180,9 +179,21 @@ func devMounts(path, devDir string) ([]string, error) {
 		return nil, err // *fs.PathError names the file
 	}
 	defer fh.Close()
+	out, err := parseDevMounts(fh, devDir)
+	if err != nil {
+		return out, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// parseDevMounts finds, in a mountinfo file's lines, a mount at
+// <devDir>/infiniband, or a devtmpfs at devDir (the node's own /dev). A
+// container's /dev is a tmpfs the runtime fills node by node, and CDI adds
+// nodes, never a directory mount. Lines it cannot read are passed over.
+func parseDevMounts(r io.Reader, devDir string) ([]string, error) {
 	ib := filepath.Join(devDir, "infiniband")
 	var out []string
-	sc := bufio.NewScanner(fh)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		// 36 35 98:0 /root /mount/point rw,noatime shared:1 - fstype source rw
@@ -197,10 +208,7 @@ func devMounts(path, devDir string) ([]string, error) {
 			out = append(out, fmt.Sprintf("%s is a mount of %s %s", point, fstype, fields[3]))
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return out, nil
+	return out, sc.Err()
 }
 
 // unescapeMount undoes the kernel's octal escapes in a mountinfo path
@@ -224,9 +232,8 @@ func unescapeMount(s string) string {
 }
 
 // boundingHas reports whether the CapBnd line of a /proc/<pid>/status file
-// holds the capability. A privileged container's bounding set holds every
-// capability; the runtime's default set lacks CAP_SYS_ADMIN. A file that is
-// not there is no error.
+// holds the capability (parseCapBnd). A file that is not there is no
+// error.
 func boundingHas(path string, capability int) (bool, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -234,18 +241,30 @@ func boundingHas(path string, capability int) (bool, error) {
 	} else if err != nil {
 		return false, err // *fs.PathError names the file
 	}
-	for _, line := range strings.Split(string(data), "\n") {
+	set, err := parseCapBnd(string(data))
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return set&(1<<capability) != 0, nil
+}
+
+// parseCapBnd reads the capability bounding set from a status file's
+// CapBnd line (hexadecimal). A privileged container's holds every
+// capability; the runtime's default set lacks CAP_SYS_ADMIN. No line is
+// an empty set.
+func parseCapBnd(status string) (uint64, error) {
+	for _, line := range strings.Split(status, "\n") {
 		v, ok := strings.CutPrefix(line, "CapBnd:")
 		if !ok {
 			continue
 		}
 		set, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
 		if err != nil {
-			return false, fmt.Errorf("%s: CapBnd %q: %w", path, strings.TrimSpace(v), err)
+			return 0, fmt.Errorf("CapBnd %q: %w", strings.TrimSpace(v), err)
 		}
-		return set&(1<<capability) != 0, nil
+		return set, nil
 	}
-	return false, nil
+	return 0, nil
 }
 
 // signs joins what shows each source.

@@ -14,6 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/claimstatus"
 	"github.com/efakit/efakit/driver/resources"
 )
@@ -231,7 +232,15 @@ func TestRealNodeSharing(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("the third pod: %s", n.waitPending(t, "share-c", ""))
 	n.deletePod(t, "share-a")
-	// share-b's claim stays prepared: its spec and its container.
+	// share-b's claim stays prepared (its spec, its entry); share-a's spec
+	// is gone.
+	w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
+	require.NoError(t, err)
+	eventually(t, func() bool { ok, err := w.Exists(string(claimA.UID)); return err == nil && !ok }, 30*time.Second, 100*time.Millisecond,
+		func() string { return "share-a's claim unprepared" })
+	ok, err := w.Exists(string(claimB.UID))
+	require.NoError(t, err)
+	assert.True(t, ok, "share-b's spec stays")
 	assert.Len(t, n.statusEntries(t, claimB.Name), 1)
 	cs, _ := n.waitPrinted(t, "share-c")
 	assert.Equal(t, a.Nodes, cs.Nodes, "the freed share, on the same EFA")
