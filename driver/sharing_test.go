@@ -252,10 +252,7 @@ func TestSharingDroppedByServer(t *testing.T) {
 	var asked []bool // by create or update: whether it asked for sharing
 	strip := func(a k8stesting.Action) (bool, runtime.Object, error) {
 		var s *resourceapi.ResourceSlice
-		switch a := a.(type) {
-		case k8stesting.CreateAction:
-			s, _ = a.GetObject().(*resourceapi.ResourceSlice)
-		case k8stesting.UpdateAction:
+		if a, ok := a.(interface{ GetObject() runtime.Object }); ok { // a create or an update
 			s, _ = a.GetObject().(*resourceapi.ResourceSlice)
 		}
 		if s == nil || len(s.Spec.Devices) == 0 {
