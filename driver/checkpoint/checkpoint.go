@@ -22,11 +22,13 @@ import (
 	"github.com/efakit/efakit/internal/atomicfile"
 )
 
-// Version is the version of the file format that Save writes. Load reads
-// it and every earlier version (version 1 lacks the fields marked "since
-// 2", versions 1 and 2 those marked "since 3", which read as empty). A later version, written by a newer efakit
-// before a rollback, is refused with ErrNewerVersion and left in place:
-// discarding it would lose the record of what is prepared.
+// Version is the latest version of the file format, the one Save writes
+// when the state needs it (formatVersion: else 2). Load reads it and
+// every earlier version (version 1 lacks the fields marked "since 2",
+// versions 1 and 2 those marked "since 3", which read as empty). A later
+// version, written by a newer efakit before a rollback, is refused with
+// ErrNewerVersion and left in place: discarding it would lose the record
+// of what is prepared.
 const Version = 3
 
 // FileName is the checkpoint's name in the data directory.
@@ -320,7 +322,7 @@ func (s *Store) Save(st *State) error {
 	defer s.mu.Unlock()
 
 	c := *st
-	c.Version = Version
+	c.Version = st.formatVersion()
 	if err := c.check(); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
@@ -328,7 +330,7 @@ func (s *Store) Save(st *State) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
-	out, err := json.MarshalIndent(file{Version: Version, Checksum: checksum(data), Data: data}, "", "  ")
+	out, err := json.MarshalIndent(file{Version: c.Version, Checksum: checksum(data), Data: data}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", s.path, err)
 	}
@@ -344,6 +346,26 @@ func (s *Store) Save(st *State) error {
 	}
 	s.remember(st, st.BootID, f)
 	return nil
+}
+
+// formatVersion is the oldest format that holds the state: 3 where a
+// field of version 3 is set (a share, an extended-resource claim's
+// classes), else 2. An efakit of the version before (which reads 1 and 2,
+// and refuses a later one rather than forget what is prepared) can then
+// take over a node that used nothing of version 3: a rollback stays
+// possible until the node uses what only this version knows.
+func (st *State) formatVersion() int {
+	for _, c := range st.Claims {
+		if len(c.ExtendedClasses) > 0 {
+			return 3
+		}
+		for _, d := range c.Devices {
+			if d.ShareID != "" || d.Shares != 0 {
+				return 3
+			}
+		}
+	}
+	return 2
 }
 
 // bootIDFile is the kernel's boot ID under the proc root.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -365,4 +366,35 @@ func TestReload(t *testing.T) {
 	got2, n := reload(got, boot2)
 	assert.Same(t, got, got2)
 	assert.Zero(t, n)
+}
+
+// TestFormatVersionIsTheOldestThatHolds: Save writes version 2 where the
+// state uses nothing of version 3, so that the efakit before it (which
+// refuses a later version) can take a node over after a rollback; a share
+// or an extended-resource claim's classes make it 3.
+func TestFormatVersionIsTheOldestThatHolds(t *testing.T) {
+	t.Parallel()
+	fileVersion := func(st *checkpoint.State) string {
+		s := checkpoint.NewStore(t.TempDir())
+		require.NoError(t, s.Save(st))
+		raw, err := os.ReadFile(s.Path())
+		require.NoError(t, err)
+		var f map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(raw, &f))
+		return string(f["version"])
+	}
+	st := state(boot1, 2) // claims 0 and 1: version 2's fields at most
+	assert.Equal(t, "2", fileVersion(st))
+	share := state(boot1, 2)
+	c := share.Claims["6f1c2b9e-1d2a-4c3b-9f8e-000000000000"]
+	require.NotEmpty(t, c.Devices)
+	c.Devices = slices.Clone(c.Devices)
+	c.Devices[0].ShareID = "5c1f2b4e-8d3a-4e6f-9b70-2a1c3d4e5f60"
+	share.Claims[c.UID] = c
+	assert.Equal(t, "3", fileVersion(share))
+	ext := state(boot1, 1)
+	c = ext.Claims["6f1c2b9e-1d2a-4c3b-9f8e-000000000000"]
+	c.ExtendedClasses = map[string]string{"container-0-request-0": "efa.networking.k8s.aws"}
+	ext.Claims[c.UID] = c
+	assert.Equal(t, "3", fileVersion(ext))
 }
