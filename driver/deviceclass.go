@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -55,23 +56,15 @@ func checkExtendedResource(ctx context.Context, kube kubernetes.Interface, class
 }
 
 // retryRead runs read up to three times, a second apart, each bounded to
-// 5 s: the API server may still be starting beside the plugin.
+// 5 s (the API server may still be starting beside the plugin), until it
+// answers, or says the class is not there or not the plugin's to read.
 func retryRead(ctx context.Context, read func(context.Context) error) error {
 	var err error
-	for try := 0; try < 3; try++ {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return err
-			case <-time.After(time.Second):
-			}
-		}
+	_ = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Steps: 3, Duration: time.Second, Factor: 1}, func(ctx context.Context) (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		err = read(rctx)
-		cancel()
-		if err == nil || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			return err
-		}
-	}
+		return err == nil || apierrors.IsNotFound(err) || apierrors.IsForbidden(err), nil
+	})
 	return err
 }

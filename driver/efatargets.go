@@ -37,13 +37,13 @@ func (p *Plugin) efaTargets() []metrics.Target {
 			}
 		}
 	}
-	for pci, os := range shares {
+	for pci, holders := range shares {
 		if _, alone := owners[pci]; alone {
 			continue
 		}
-		slices.SortFunc(os, func(a, b owner) int { return strings.Compare(a.uid, b.uid) })
+		slices.SortFunc(holders, func(a, b owner) int { return strings.Compare(a.uid, b.uid) })
 		var o [3][]string
-		for _, s := range os {
+		for _, s := range holders {
 			o[0], o[1], o[2] = append(o[0], s.ns), append(o[1], s.name), append(o[2], s.uid)
 		}
 		owners[pci] = owner{strings.Join(o[0], ","), strings.Join(o[1], ","), strings.Join(o[2], ",")}

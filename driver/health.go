@@ -260,6 +260,5 @@ func (p *Plugin) reportHealth(ctx context.Context, changes []healthChange) {
 func (p *Plugin) isGroup(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.inv.healthMembers[name]
-	return ok
+	return p.isGroupLocked(name)
 }

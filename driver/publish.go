@@ -126,18 +126,15 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	// since this one read the checkpoint (one stat tells).
 	p.reloadState(ctx)
 	renumbered := p.renumberedSince()
-	if !renumbered {
-		// Health and ports as this scan found them (a renumbering is
-		// corrected first, below).
-		p.syncStatus()
-	}
 	p.mu.Unlock()
 	if renumbered {
 		p.correctRenumbered(ctx)
-		p.mu.Lock()
-		p.syncStatus()
-		p.mu.Unlock()
 	}
+	// The claims' status: health and ports as this scan found them, after
+	// a renumbering is corrected.
+	p.mu.Lock()
+	p.syncStatus()
+	p.mu.Unlock()
 	p.reportHealth(ctx, changes)
 	published, perr := p.Publish(ctx)
 	return published, errors.Join(err, perr)

@@ -31,7 +31,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -49,6 +48,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // FieldManager is the field manager of every apply: the entries it owns
@@ -129,9 +129,10 @@ type Writer struct {
 
 	mu     sync.Mutex
 	claims map[types.UID]*state
-	// said: each kind of refusal is logged once (by Outcome).
-	said map[Outcome]bool
-	// off: the API server keeps no status.devices; nothing more is sent.
+	// saidForbidden: a refusal for want of permission was logged (once).
+	saidForbidden bool
+	// off: the API server keeps no status.devices; nothing more is sent
+	// (said when it turns on).
 	off bool
 }
 
@@ -163,7 +164,7 @@ func New(o Options) *Writer {
 		o.Now = time.Now
 	}
 	rl := workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](o.Backoff, 30*time.Second)
-	return &Writer{o: o, claims: map[types.UID]*state{}, said: map[Outcome]bool{},
+	return &Writer{o: o, claims: map[types.UID]*state{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "claimstatus"})}
 }
 
@@ -227,7 +228,7 @@ func (w *Writer) seed(st *state, seen []resourceapi.AllocatedDeviceStatus) {
 		if d.Driver != w.o.DriverName || d.Pool != w.o.Pool {
 			continue
 		}
-		k := key{d.Device, deref(d.ShareID)}
+		k := key{d.Device, ptr.Deref(d.ShareID, "")}
 		conds := map[string]metav1.Condition{}
 		for _, c := range d.Conditions {
 			conds[c.Type] = c
@@ -237,13 +238,6 @@ func (w *Writer) seed(st *state, seen []resourceapi.AllocatedDeviceStatus) {
 	}
 	sortEntries(st.sent)
 	st.seeded = true
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Run writes until ctx ends; then the queue shuts down and Run returns.
@@ -332,9 +326,8 @@ func (w *Writer) write(ctx context.Context, uid types.UID) Outcome {
 	}
 	if len(entries) > 0 && !w.kept(got, entries) {
 		w.mu.Lock()
+		first := !w.off
 		w.off = true
-		first := !w.said[Dropped]
-		w.said[Dropped] = true
 		w.mu.Unlock()
 		if first {
 			logger.Error(errors.New("status.devices dropped"), "Claims' device status not written",
@@ -389,8 +382,8 @@ func (w *Writer) failed(ctx context.Context, c Claim, err error) Outcome {
 		return Failed
 	case apierrors.IsForbidden(err):
 		w.mu.Lock()
-		first := !w.said[Forbidden]
-		w.said[Forbidden] = true
+		first := !w.saidForbidden
+		w.saidForbidden = true
 		w.mu.Unlock()
 		if first {
 			logger.Error(err, "Claims' device status not written", "why", "the plugin's token may not write it: it needs patch of resourceclaims/status and, from Kubernetes 1.36, associated-node:patch of resourceclaims/driver for its driver name (the chart's role grants both from Kubernetes 1.36, claimStatus.rbac)",
@@ -480,7 +473,7 @@ func sameData(a, b *runtime.RawExtension) bool {
 // sortEntries sorts entries by device and share.
 func sortEntries(es []resourceapi.AllocatedDeviceStatus) {
 	slices.SortFunc(es, func(a, b resourceapi.AllocatedDeviceStatus) int {
-		return cmp.Or(strings.Compare(a.Device, b.Device), strings.Compare(deref(a.ShareID), deref(b.ShareID)))
+		return cmp.Or(strings.Compare(a.Device, b.Device), strings.Compare(ptr.Deref(a.ShareID, ""), ptr.Deref(b.ShareID, "")))
 	})
 }
 
@@ -498,16 +491,6 @@ func applyOf(e resourceapi.AllocatedDeviceStatus) *resourceapply.AllocatedDevice
 		a.WithData(*e.Data)
 	}
 	return a
-}
-
-// Claims returns the UIDs of the claims the Writer knows, sorted.
-func (w *Writer) Claims() []types.UID {
-	if w == nil {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Sorted(maps.Keys(w.claims))
 }
 
 // EFAData is the data of an EFA's entry (status.devices[].data), what a

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/efakit/efakit/driver/claimstatus"
 )
@@ -102,12 +104,7 @@ func entries(t *testing.T, client *fake.Clientset) map[string]resourceapi.Alloca
 }
 
 func condition(d resourceapi.AllocatedDeviceStatus, typ string) metav1.Condition {
-	for _, c := range d.Conditions {
-		if c.Type == typ {
-			return c
-		}
-	}
-	return metav1.Condition{}
+	return ptr.Deref(meta.FindStatusCondition(d.Conditions, typ), metav1.Condition{})
 }
 
 // TestWrite: the entries are applied beside the other driver's, which
@@ -307,5 +304,6 @@ func TestNilWriter(t *testing.T) {
 	w.Set(want(true), nil)
 	w.Forget(uid)
 	w.Run(context.Background())
-	assert.Empty(t, w.Claims())
+	_, ok := w.Wanted(uid)
+	assert.False(t, ok, "a nil Writer knows no claim")
 }

@@ -20,8 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilptr "k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/driver/claimstatus"
@@ -74,17 +76,21 @@ func (n *realNode) runAll(t *testing.T, pod *corev1.Pod) (map[string]seen, *core
 }
 
 // waitRunning waits until every container of a pod runs and printed, and
-// returns what each printed and the pod as the API has it then.
+// returns what each printed (read through the API's pod logs) and the pod
+// as the API has it then.
 func (n *realNode) waitRunning(t *testing.T, name string) (map[string]seen, *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
-	var p *corev1.Pod
-	var err error
 	pod, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
+	p := pod
 	eventually(t, func() bool {
-		p, err = n.c.client.CoreV1().Pods(nodeNS).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(pod.Spec.Containers) {
+		got, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		p = got
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(pod.Spec.Containers) {
 			return false
 		}
 		for _, s := range p.Status.ContainerStatuses {
@@ -94,16 +100,17 @@ func (n *realNode) waitRunning(t *testing.T, name string) (map[string]seen, *cor
 		}
 		return true
 	}, 90*time.Second, 100*time.Millisecond, func() string {
-		return fmt.Sprintf("pod %s running: %+v\nevents: %v\nplugin:\n%s", pod.Name, p.Status, n.podEvents(pod.Name), n.logTail("efakit-plugin", 2000))
+		return fmt.Sprintf("pod %s not running: %+v\nevents:\n%s\nkubelet:\n%s\nplugin:\n%s", name, p.Status, strings.Join(n.podEvents(name), "\n"),
+			n.logTail("kubelet", 3000), n.logTail("efakit-plugin", 2000))
 	})
 	out := map[string]seen{}
 	for _, c := range pod.Spec.Containers {
 		var logs string
 		require.Eventually(t, func() bool {
-			b, err := n.c.client.CoreV1().Pods(nodeNS).GetLogs(pod.Name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
+			b, err := n.c.client.CoreV1().Pods(nodeNS).GetLogs(name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
 			logs = string(b)
 			return err == nil && strings.Contains(logs, "== end")
-		}, 30*time.Second, 100*time.Millisecond, "pod %s container %s logs", pod.Name, c.Name)
+		}, 30*time.Second, 100*time.Millisecond, "pod %s container %s logs", name, c.Name)
 		out[c.Name] = parseSeen(logs)
 	}
 	return out, p
@@ -356,12 +363,7 @@ func (n *realNode) claimYAML(t *testing.T, name string) string {
 }
 
 func conditionOf(d resourceapi.AllocatedDeviceStatus, typ string) metav1.Condition {
-	for _, c := range d.Conditions {
-		if c.Type == typ {
-			return c
-		}
-	}
-	return metav1.Condition{}
+	return utilptr.Deref(meta.FindStatusCondition(d.Conditions, typ), metav1.Condition{})
 }
 
 func dataOf(t *testing.T, d resourceapi.AllocatedDeviceStatus) claimstatus.EFAData {

@@ -227,39 +227,17 @@ func (n *realNode) run(t *testing.T, pod *corev1.Pod) (seen, map[string]*resourc
 	return n.waitPrinted(t, pod.Name)
 }
 
-// waitPrinted waits for the pod's container to run and print, and returns
-// what it printed, read through the API's pod logs.
+// waitPrinted waits for the pod's one container to run and print, and
+// returns what it printed and the pod's claims (by pod claim name).
 func (n *realNode) waitPrinted(t *testing.T, name string) (seen, map[string]*resourceapi.ResourceClaim) {
 	t.Helper()
 	ctx := context.Background()
-	var p *corev1.Pod
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		var err error
-		p, err = n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
-		require.NoError(t, err)
-		if p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			ev, _ := n.c.client.CoreV1().Events(nodeNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-			var evs []string
-			if ev != nil {
-				for _, e := range ev.Items {
-					evs = append(evs, e.Reason+": "+e.Message)
-				}
-			}
-			t.Fatalf("pod %s not running: %+v\nevents:\n%s\nkubelet:\n%s\nplugin:\n%s", name, p.Status, strings.Join(evs, "\n"),
-				n.logTail("kubelet", 3000), n.logTail("efakit-plugin", 2000))
-		}
-		time.Sleep(100 * time.Millisecond)
+	printed, p := n.waitRunning(t, name)
+	require.Len(t, printed, 1, "pod %s has one container", name)
+	var out seen
+	for _, s := range printed {
+		out = s
 	}
-	var out string
-	require.Eventually(t, func() bool {
-		b, err := n.c.client.CoreV1().Pods(nodeNS).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		out = string(b)
-		return err == nil && strings.Contains(out, "== end")
-	}, 30*time.Second, 100*time.Millisecond, "pod %s logs", name)
 	claims := map[string]*resourceapi.ResourceClaim{}
 	for _, s := range p.Status.ResourceClaimStatuses {
 		claimName := s.ResourceClaimName
@@ -275,7 +253,7 @@ func (n *realNode) waitPrinted(t *testing.T, name string) (seen, map[string]*res
 			claims[pc.Name] = c
 		}
 	}
-	return parseSeen(out), claims
+	return out, claims
 }
 
 // deletePod deletes a pod and waits until it is gone (the kubelet stopped

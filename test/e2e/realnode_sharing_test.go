@@ -19,26 +19,6 @@ import (
 	"github.com/efakit/efakit/driver/resources"
 )
 
-// claimOfPod is the name of a pod's claim (by pod claim name), made from
-// a template or named.
-func (n *realNode) claimOfPod(t *testing.T, pod, podClaim string) string {
-	t.Helper()
-	p, err := n.c.client.CoreV1().Pods(nodeNS).Get(context.Background(), pod, metav1.GetOptions{})
-	require.NoError(t, err)
-	for _, s := range p.Status.ResourceClaimStatuses {
-		if s.Name == podClaim && s.ResourceClaimName != nil {
-			return *s.ResourceClaimName
-		}
-	}
-	for _, pc := range p.Spec.ResourceClaims {
-		if pc.Name == podClaim && pc.ResourceClaimName != nil {
-			return *pc.ResourceClaimName
-		}
-	}
-	t.Fatalf("pod %s has no claim %s", pod, podClaim)
-	return ""
-}
-
 // waitEntries waits until a claim's dra.net entries in status.devices
 // are want many, each Ready, and returns them.
 func (n *realNode) waitEntries(t *testing.T, claim string, want int) map[string]resourceapi.AllocatedDeviceStatus {
@@ -80,8 +60,8 @@ func TestRealNodeClaimStatus(t *testing.T) {
 	published := n.publishedEFAs(t)
 
 	t.Run("single-efa-and-port-down", func(t *testing.T) {
-		got, _ := n.run(t, n.printerPod("status-single", templateClaim("efa", "single-efa-claim")))
-		claim := n.claimOfPod(t, "status-single", "efa")
+		got, claims := n.run(t, n.printerPod("status-single", templateClaim("efa", "single-efa-claim")))
+		claim := claims["efa"].Name
 		entries := n.waitEntries(t, claim, 1)
 		t.Logf("kubectl get resourceclaim %s -o yaml (status):\n%s", claim, n.claimYAML(t, claim))
 		var dev string
@@ -145,8 +125,8 @@ func TestRealNodeClaimStatus(t *testing.T) {
 		n.startEFAKit(p5Fixture, "--set", "groups=exclusive")
 		n.waitEFAs(t, 8)
 		createTemplates(t, c, p5Fixture, resources.GroupsExclusive, "excl-")
-		got, _ := n.run(t, n.printerPod("status-group", templateClaim("c", "excl-efa-group")))
-		claim := n.claimOfPod(t, "status-group", "c")
+		got, claims := n.run(t, n.printerPod("status-group", templateClaim("c", "excl-efa-group")))
+		claim := claims["c"].Name
 		entries := n.waitEntries(t, claim, 1)
 		t.Logf("a group's entry:\n%s", n.claimYAML(t, claim))
 		for dev, e := range entries {
