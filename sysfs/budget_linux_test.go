@@ -27,13 +27,14 @@ var syscallBudget = map[string]int{
 	"p4de.24xlarge": 523,
 	// 2506 before the switches got their 14 downstream ports of the
 	// public lstopo (48 empty ports more to read).
-	"p5.48xlarge":   2821,
-	"p5e.48xlarge":  2821,
+	"p5.48xlarge": 2821,
+	// p5's 2821 and the files of two NUMA nodes more (2 x 3).
+	"p5e.48xlarge":  2845,
 	"p5en.48xlarge": 1860,
 	// 1187 before the layout of AWS's NIC table (4 switches of 14 ports,
 	// not 22: 32 bridge ports fewer).
 	"p6-b200.48xlarge":   1017,
-	"p6-b300.48xlarge":   1750,
+	"p6-b300.48xlarge":   1710,
 	"p6e-gb200.36xlarge": 1268,
 	"trn1.32xlarge":      764,
 	"trn1n.32xlarge":     1252,

@@ -113,28 +113,37 @@ func (b *Builder) Product(name string) {
 }
 
 // NUMANodes adds NUMA nodes 0..len(cpulists)-1 with their CPU lists and a
-// distance table: 10 to itself, far to the others.
+// distance table: 10 to itself, far to the others; one node a socket.
 func (b *Builder) NUMANodes(far int, cpulists ...string) {
+	b.NUMANodesPerSocket(1, far, far, cpulists...)
+}
+
+// NUMANodesPerSocket is NUMANodes on sockets of perSocket nodes each:
+// node i is on socket i/perSocket, at distance near from the other nodes of
+// its socket and far from the rest.
+func (b *Builder) NUMANodesPerSocket(perSocket, near, far int, cpulists ...string) {
 	n := len(cpulists)
 	for i, cl := range cpulists {
 		dir := fmt.Sprintf("devices/system/node/node%d", i)
 		b.Attr(dir+"/cpulist", cl)
 		var d []string
 		for j := 0; j < n; j++ {
-			if i == j {
+			switch {
+			case i == j:
 				d = append(d, "10")
-			} else {
+			case i/perSocket == j/perSocket:
+				d = append(d, fmt.Sprint(near))
+			default:
 				d = append(d, fmt.Sprint(far))
 			}
 		}
 		b.Attr(dir+"/distance", strings.Join(d, " "))
-		// Socket i: one NUMA node a socket, as on EC2's two-socket hosts.
 		cpus, err := pcie.ParseCPUList(cl)
 		if err != nil {
 			panic(err)
 		}
 		for _, c := range cpus {
-			b.Attr(fmt.Sprintf("devices/system/cpu/cpu%d/topology/physical_package_id", c), fmt.Sprint(i))
+			b.Attr(fmt.Sprintf("devices/system/cpu/cpu%d/topology/physical_package_id", c), fmt.Sprint(i/perSocket))
 		}
 	}
 	if n > 0 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/efakit/efakit/internal/fixturegen/machines"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -131,13 +132,13 @@ func generated(t *testing.T) map[string][]byte {
 // identities are unique.
 func TestTrees(t *testing.T) {
 	files := generated(t)
-	for _, f := range fixtures {
-		t.Run(f.name, func(t *testing.T) {
-			data := files[f.name+".sysfs"]
+	for _, name := range machines.Bundled() {
+		t.Run(name, func(t *testing.T) {
+			data := files[name+".sysfs"]
 			if len(data) >= 1<<20 {
 				t.Errorf("%d bytes, want under 1 MiB", len(data))
 			}
-			tr := load(t, f.name, data)
+			tr := load(t, name, data)
 			for _, e := range tr.entries {
 				if e.Kind == sysfs.KindLink {
 					tr.resolve(t, e.Path)
@@ -148,8 +149,8 @@ func TestTrees(t *testing.T) {
 					tr.resolve(t, dir+"/"+n)
 				}
 			}
-			if got := tr.read(t, "class/dmi/id/product_name"); got != f.name {
-				t.Errorf("product_name %q, want %q", got, f.name)
+			if got := tr.read(t, "class/dmi/id/product_name"); got != name {
+				t.Errorf("product_name %q, want %q", got, name)
 			}
 
 			// uverbsN: N in PCI address order, dev 231:192+N, ibdev the
@@ -196,7 +197,7 @@ func TestTrees(t *testing.T) {
 			}
 			for _, ib := range tr.list(t, "class/infiniband") {
 				d := "class/infiniband/" + ib
-				if g := tr.read(t, d+"/node_guid"); !strings.HasPrefix(f.name, "p4d") {
+				if g := tr.read(t, d+"/node_guid"); !strings.HasPrefix(name, "p4d") {
 					unique("node_guid", g, ib)
 				} else if g != "0000:0000:0000:0000" {
 					t.Errorf("%s: node_guid %s, want zeros on p4d", ib, g)
@@ -320,7 +321,7 @@ var wants = map[string]want{
 			rdmaps(span(147, 4)...), rdmaps(span(164, 4)...), rdmaps(span(181, 4)...), rdmaps(span(198, 4)...)),
 		gpus:     buses(0x53, 0x64, 0x75, 0x86, 0x97, 0xa8, 0xb9, 0xca),
 		sameRoot: [][]string{buses(0x4f, 0x50, 0x51, 0x52, 0x53), buses(0xc6, 0xc7, 0xc8, 0xc9, 0xca)},
-		numa:     map[string]int{a(0x53, 0): 0, a(0x86, 0): 0, a(0x97, 0): 1, a(0xca, 0): 1},
+		numa:     map[string]int{a(0x53, 0): 1, a(0x75, 0): 0, a(0x86, 0): 0, a(0x97, 0): 3, a(0xb9, 0): 2, a(0xca, 0): 2},
 	},
 	"p6-b300.48xlarge": {
 		ib: slices.Concat(rdmaps(0x56, 0x57, 0x65, 0x66, 0x74, 0x75, 0x83, 0x84, 0x92, 0x93, 0xa1, 0xa2, 0xb0, 0xb1, 0xbf, 0xc0),
@@ -388,13 +389,13 @@ var wants = map[string]want{
 // TestContents checks each fixture against docs/hardware.md's tables.
 func TestContents(t *testing.T) {
 	files := generated(t)
-	for _, f := range fixtures {
-		t.Run(f.name, func(t *testing.T) {
-			w, ok := wants[f.name]
+	for _, name := range machines.Bundled() {
+		t.Run(name, func(t *testing.T) {
+			w, ok := wants[name]
 			if !ok {
 				t.Fatal("no expectations for this fixture")
 			}
-			tr := load(t, f.name, files[f.name+".sysfs"])
+			tr := load(t, name, files[name+".sysfs"])
 			ib := tr.list(t, "class/infiniband")
 			if !sameSet(ib, w.ib) {
 				t.Errorf("RDMA devices %v, want %v", ib, w.ib)
@@ -422,7 +423,7 @@ func TestContents(t *testing.T) {
 				}
 			}
 			if len(w.neurons) > 0 {
-				for i, nb := range torus4x4 {
+				for i, nb := range machines.Torus4x4() {
 					d := fmt.Sprintf("class/neuron_device/neuron%d", i)
 					tr.resolve(t, d)
 					want := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(nb)), ", "), "[]")

@@ -48,19 +48,20 @@ var Allowed = map[string][]string{
 	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources", "driver/uevents"},
 
 	// Tools and test support.
-	"internal/allocfeatures":    nil,
-	"internal/atomicfile":       nil,
-	"internal/informerwait":     nil,
-	"internal/fakesys":          {"pcie", "sysfs"},
-	"internal/fixturegen":       {"internal/fakesys", "sysfs"},
-	"internal/fixturegen/scale": {"internal/fakesys", "sysfs"},
-	"internal/fixturegen/seeds": {"internal/fakesys", "pcie", "sysfs"},
-	"internal/fleet":            nil,
-	"internal/fleet/gen":        {"internal/atomicfile", "internal/fleet"},
-	"internal/layers":           nil,
-	"internal/modzip":           {"sysfs"},
-	"internal/testfixture":      nil,
-	"internal/doccheck":         nil,
+	"internal/allocfeatures":       nil,
+	"internal/atomicfile":          nil,
+	"internal/informerwait":        nil,
+	"internal/fakesys":             {"pcie", "sysfs"},
+	"internal/fixturegen":          {"internal/fixturegen/machines", "sysfs"},
+	"internal/fixturegen/machines": {"internal/fakesys", "sysfs"},
+	"internal/fixturegen/scale":    {"internal/fakesys", "sysfs"},
+	"internal/fixturegen/seeds":    {"internal/fakesys", "pcie", "sysfs"},
+	"internal/fleet":               nil,
+	"internal/fleet/gen":           {"internal/atomicfile", "internal/fleet"},
+	"internal/layers":              nil,
+	"internal/modzip":              {"sysfs"},
+	"internal/testfixture":         nil,
+	"internal/doccheck":            nil,
 }
 
 // NoCluster are the packages that reach no cluster and serve nothing: the

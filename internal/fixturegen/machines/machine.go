@@ -1,4 +1,4 @@
-package main
+package machines
 
 import (
 	"cmp"
@@ -80,10 +80,16 @@ func (n note) String() string { return "[" + n.tag + "] " + n.text }
 // newMachine starts a fixture for instance type product with the given
 // NUMA nodes (CPU lists) and distance between them.
 func newMachine(product string, seed, far int, all string, nodes ...string) *machine {
+	return newMachineSockets(product, seed, 1, far, far, all, nodes...)
+}
+
+// newMachineSockets is newMachine on sockets of perSocket NUMA nodes, near
+// apart within a socket and far across.
+func newMachineSockets(product string, seed, perSocket, near, far int, all string, nodes ...string) *machine {
 	m := &machine{Builder: fakesys.New(), seed: seed, nodes: nodes, all: all,
 		enaMAC: make(map[string]string), eniOf: make(map[string]string)}
 	m.Product(product)
-	m.NUMANodes(far, nodes...)
+	m.NUMANodesPerSocket(perSocket, near, far, nodes...)
 	// The loopback interface: a class/net entry with no PCI device.
 	m.Attr("devices/virtual/net/lo/address", "00:00:00:00:00:00")
 	m.Attr("devices/virtual/net/lo/operstate", "unknown")

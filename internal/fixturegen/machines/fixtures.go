@@ -1,4 +1,4 @@
-package main
+package machines
 
 import (
 	"fmt"
@@ -106,18 +106,23 @@ func a100notes(m *machine) *machine {
 // p5: each GPU and its four EFAs behind one Amazon switch under its own
 // host bridge, 0x11 buses apart.
 func p5() *machine {
-	m := h100("p5.48xlarge", 2, 0x2330)
+	m := newMachine("p5.48xlarge", 2, 32, cpus192, cpus192Node0, cpus192Node1)
+	h100(m, 0x2330, []int{0, 0, 0, 0, 1, 1, 1, 1})
 	m.Seen("lstopo -v of a p5.48xlarge (Hugging Face, The Smol Training Playbook, chapter \"Infrastructure\"): host bridge buses [44-54] -> 44:00.0 1d0f:0200 [45-54] -> 45:00.0 1d0f:0200 [46-54] -> 46:01.0 [4f-4f] -> EFA 4f:00.0 1d0f:efa1 rdmap79s0 (node_guid cd77:f833:0000:1001), and 46:01.4 [53-53] -> H100 10de:2330 at 53:00.0; NUMA distance 32")
 	m.Src("aws-ofi-nccl topology/p5.48xl-topo.xml (removed in June 2025, in its history): four NICs behind each switch, switch upstream ports 45, 56, 67, 78 (NUMA 0) and 89, 9a, ab, bc (NUMA 1); NICs 4f-52, 60-63, 71-74, 82-85, 93-96, a4-a7, b5-b8, c6-c9")
 	m.Seen("GPU buses 53, 64, 75, 86, 97, a8, b9, ca (docs/hardware.md p5 table); 32 x 1d0f:efa1 at rate %q", rate100)
-	m.Inf("roots 0x44+0x11*k (44, 55, ..., bb), from the switch upstream ports one bus above them")
+	m.Seen("roots 0x44+0x11*k (44, 55, ..., bb) for the EFAs and the GPUs, 16 EFAs on each of NUMA nodes 0 and 1: Karpenter v1.15.2's tables of what dra.net and NVIDIA's driver published on a real p5.48xlarge")
+	m.Inf("192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191")
 	return h100notes(m)
 }
 
-// p5e: p5 with the H200 (10de:2335).
+// p5e: p5's buses with the H200 (10de:2335), on four NUMA nodes.
 func p5e() *machine {
-	m := h100("p5e.48xlarge", 11, 0x2335)
-	m.Inf("the whole layout: p5.48xlarge's (AWS sells p5e as p5 with H200 GPUs), with H200 10de:2335 (docs/hardware.md's p5en GPU); 32 EFA 1d0f:efa1 at %q", rate100)
+	m := newMachineSockets("p5e.48xlarge", 11, 2, 12, 32, cpus192, "0-23,96-119", "24-47,120-143", "48-71,144-167", "72-95,168-191")
+	h100(m, 0x2335, []int{1, 1, 0, 0, 3, 3, 2, 2})
+	m.Seen("roots 44, 55, ..., bb (p5's) for the EFAs and the GPUs, 4 EFAs a root; NUMA nodes 0 to 3, 8 EFAs each: roots 66 and 77 on node 0, 44 and 55 on node 1, aa and bb on node 2, 88 and 99 on node 3: Karpenter v1.15.2's tables of what dra.net and NVIDIA's driver published on a real p5e.48xlarge")
+	m.Inf("the rest of the layout: p5.48xlarge's (AWS sells p5e as p5 with H200 GPUs), with H200 10de:2335 (docs/hardware.md's p5en GPU); 32 EFA 1d0f:efa1 at %q", rate100)
+	m.Inf("192 vCPUs on two sockets of two NUMA nodes each (nodes 0 and 1 on socket 0): node 0 0-23,96-119, node 1 24-47,120-143, node 2 48-71,144-167, node 3 72-95,168-191; distance 12 within a socket, 32 across")
 	return h100notes(m)
 }
 
@@ -126,9 +131,9 @@ func p5e() *machine {
 const p5DownPorts = 14
 
 // h100 lays out p5 and p5e: eight switches, each an ENA port (first switch
-// only), four EFAs at ports 8-11, the GPU at port 12 and an NVMe at 13.
-func h100(product string, seed int, gpuID uint16) *machine {
-	m := newMachine(product, seed, 32, cpus192, cpus192Node0, cpus192Node1)
+// only), four EFAs at ports 8-11, the GPU at port 12 and an NVMe at 13;
+// switch k on NUMA node numa[k].
+func h100(m *machine, gpuID uint16, numa []int) {
 	m.p2p = "NVIDIA"
 	m.legacyBus(0)
 	for k := range 8 {
@@ -141,13 +146,12 @@ func h100(product string, seed int, gpuID uint16) *machine {
 		if k == 0 {
 			devs = append(devs, at{0, ena("")})
 		}
-		m.pcieSwitch(root, root+0x10, k/4, densePorts(root, p5DownPorts, devs...))
+		m.pcieSwitch(root, root+0x10, numa[k], densePorts(root, p5DownPorts, devs...))
 	}
 	m.eni(addr(0x4f, 0), addr(0x47, 0))
 	for slot := range 4 {
 		m.flatRoot(0xe0, 1, at{slot, nvswitch(0x22a3)})
 	}
-	return m
 }
 
 func h100notes(m *machine) *machine {
@@ -155,7 +159,6 @@ func h100notes(m *machine) *machine {
 	m.Inf("one local NVMe 1d0f:cd01 per switch at root+0x10 (54, 65, ..., cb)")
 	m.Inf("the only ENA at 47:00.0 (netdev enp71s0) behind the first switch, one interface with EFA rdmap79s0 (whose GID is the EUI-64 of the ENA's MAC); the other 31 EFAs are EFA-only interfaces")
 	m.Inf("four NVSwitches 10de:22a3 flat on root pci0000:e0 (e0:00.0-e0:03.0), NUMA node 1, driver nvidia")
-	m.Inf("192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191")
 	m.Inf("p2p file \"NVIDIA\" on every EFA")
 	return m.finish()
 }
@@ -196,16 +199,16 @@ func p5en() *machine {
 	return m.finish()
 }
 
-// p6b200: four switches under roots 0x11 apart, each 2 EFAs and 2 GPUs;
-// two ConnectX-7 functions behind the third.
+// p6b200: four switches under roots 44, 55, 66 and 79, each 2 EFAs and 2
+// GPUs; two ConnectX-7 functions behind the third.
 func p6b200() *machine {
 	m := newMachine("p6-b200.48xlarge", 4, 21, cpus192, cpus192Node0, cpus192Node1)
 	m.p2p = "NVIDIA"
 	m.legacyBus(0)
 	// Port indexes (bus root+3+i) of each switch's EFAs, GPUs and disks.
-	layout := []struct{ efa, gpu, nvme int }{{8, 10, 12}, {8, 10, 12}, {8, 12, -1}, {10, 12, 8}}
+	layout := []struct{ root, efa, gpu, nvme int }{{0x44, 8, 10, 12}, {0x55, 8, 10, 12}, {0x66, 8, 12, -1}, {0x79, 8, 10, 12}}
 	for k, l := range layout {
-		root := 0x44 + 0x11*k
+		root := l.root
 		devs := []at{
 			{l.efa, efa(0xefa3, rate400, "")}, {l.efa + 1, efa(0xefa3, rate400, "")},
 			{l.gpu, gpu(0x2901)}, {l.gpu + 1, gpu(0x2901)},
@@ -226,18 +229,18 @@ func p6b200() *machine {
 	m.Seen("8 B200 10de:2901, 8 EFA at %q; two mlx5 RDMA devices ibp115s0f0 and ibp116s0f0 (so at 73:00.0 and 74:00.0) that are not EFA", rate400)
 	m.Src("EFA buses 4f, 50, 60, 61, 71, 72, 84, 85 (rdmap79s0, rdmap80s0, rdmap96s0, rdmap97s0, rdmap113s0, rdmap114s0, rdmap132s0, rdmap133s0), each sharing a PCIe switch with a GPU: the p6-b200 NIC table of an aws-ofi-nccl topology unit test (hwloc fixtures of p4d, p5en, p6-b200, p6-b300, p6e-gb200), read through code search")
 	m.Src("2 GPUs and 2 NICs per PCIe switch")
-	m.Inf("EFA generation 1d0f:efa3")
-	m.Inf("switch structure: roots pci0000:44, :55, :66, :77 (0x11 apart, as on p5), each with 14 downstream ports leading to root+3..root+0x10; GPUs 51-52, 62-63, 75-76, 86-87; NVMe 1d0f:cd01 at 53-54, 64-65, 82-83; the other ports empty")
+	m.Seen("roots pci0000:44, :55, :66, :79, each with 2 EFAs and 2 GPUs, NUMA node 0 for the first two and 1 for the last two; EFA generation efa3 (dra.net pciSubsystem): Karpenter v1.15.2's tables of what dra.net and NVIDIA's driver published on a real p6-b200.48xlarge")
+	m.Inf("switch structure: each root with 14 downstream ports leading to root+3..root+0x10; GPUs 51-52, 62-63, 75-76, 86-87; NVMe 1d0f:cd01 at 53-54, 64-65, 88-89; the other ports empty")
 	m.Inf("the mlx5 functions sit behind the third switch, beside EFAs rdmap113s0/rdmap114s0 and GPUs 4-5, since their buses fall in its range")
 	m.Inf("mlx5: 15b3:1021 (ConnectX-7, MT2910 in pci.ids), class 0x020700, driver mlx5_core, node_type \"1: CA\", hca_type MT4129, board_id MT_0000000838, fw_ver 28.39.1002, link_layer InfiniBand, rate \"400 Gb/sec (4X NDR)\", port ACTIVE with lid and sm_lid, PMA counters; no netdev, no umad devices")
 	m.Inf("uverbs numbers follow the bus order across efa and mlx5 together (uverbs6 and uverbs7 are the mlx5 devices)")
 	m.Inf("one ENA at 47:00.0 (enp71s0), one interface with EFA rdmap79s0 (GID = EUI-64 of its MAC); no NVSwitch PCI functions (B200 NVSwitches are managed through the mlx5 devices)")
-	m.Inf("NUMA: first two switches node 0, last two node 1; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Inf("192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
 	m.Inf("p2p file \"NVIDIA\" on every EFA")
 	return m.finish()
 }
 
-// p6b300: eight switches 0xf buses apart, each 2 EFAs and a GPU; the ENA
+// p6b300: eight switches 0xf buses apart from 4b, each 2 EFAs and a GPU; the ENA
 // and the two ConnectX-7 functions behind switches of their own.
 func p6b300() *machine {
 	m := newMachine("p6-b300.48xlarge", 12, 21, cpus192, cpus192Node0, cpus192Node1)
@@ -245,19 +248,20 @@ func p6b300() *machine {
 	m.legacyBus(0)
 	m.pcieSwitch(0x44, 0x47, 0, densePorts(0x44, 1, at{0, ena("")}))
 	for k := range 8 {
-		root := 0x4a + 0xf*k
-		m.pcieSwitch(root, root+0xe, k/4, densePorts(root, 12,
-			at{9, efa(0xefa3, rate400, "")}, at{10, efa(0xefa3, rate400, "")}, at{11, gpu(0x2901)}))
+		root := 0x4b + 0xf*k
+		m.pcieSwitch(root, root+0xd, k/4, densePorts(root, 11,
+			at{8, efa(0xefa3, rate400, "")}, at{9, efa(0xefa3, rate400, "")}, at{10, gpu(0x2901)}))
 	}
 	m.pcieSwitch(0xc3, 0xc7, 1, densePorts(0xc3, 2,
 		at{0, mlx5("ibp198s0f0", "400 Gb/sec (4X NDR)")}, at{1, mlx5("ibp199s0f0", "400 Gb/sec (4X NDR)")}))
 	m.eni(addr(0x56, 0), addr(0x47, 0))
 	m.Seen("16 EFAs named rdmap86s0 to rdmap192s0 and two ConnectX-7 RDMA devices ibp198s0f0 and ibp199s0f0 (mlx5, NVLink management, not EFA); ENA netdev enp71s0: public p6-b300 setup notes read through code search")
 	m.Src("EFA buses 56, 57, 65, 66, 74, 75, 83, 84, 92, 93, a1, a2, b0, b1, bf, c0, each sharing a PCIe switch with a GPU: the p6-b300 NIC table of the aws-ofi-nccl topology unit test")
-	m.Inf("8 B300 GPUs, one a switch with its two EFAs (2 EFAs a GPU), carrying B200's 10de:2901 since no public B300 device ID was found; EFA generation 1d0f:efa3 at %q", rate400)
-	m.Inf("switch structure: roots pci0000:4a + 0xf*k, each with 12 downstream ports leading to root+3..root+0xe, EFAs at ports 9-10 and the GPU at port 11, the other ports empty; the ENA behind root pci0000:44 (47:00.0), the mlx5 functions behind root pci0000:c3 (c6:00.0, c7:00.0)")
+	m.Seen("roots pci0000:4b + 0xf*k (4b, 5a, ..., b4), each with 2 EFAs and 1 GPU, the first four on NUMA node 0 and the rest on 1; EFA generation efa3 (dra.net pciSubsystem): Karpenter v1.15.2's tables of what dra.net and NVIDIA's driver published on a real p6-b300.48xlarge")
+	m.Inf("8 B300 GPUs carrying B200's 10de:2901, since no public B300 device ID was found; EFA 1d0f:efa3 at %q", rate400)
+	m.Inf("switch structure: each GPU root with 11 downstream ports leading to root+3..root+0xd, EFAs at ports 8-9 and the GPU at port 10 (bus root+0xd), the other ports empty; the ENA behind root pci0000:44 (47:00.0), the mlx5 functions behind root pci0000:c3 (c6:00.0, c7:00.0)")
 	m.Inf("mlx5 as on p6-b200 (15b3:1021, InfiniBand, 400 Gb/s)")
-	m.Inf("NUMA: first four GPU switches and the ENA node 0, the rest node 1; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
+	m.Inf("the ENA on NUMA node 0; 192 vCPUs: node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
 	m.Inf("no local NVMe disks modelled; no NVSwitch PCI functions; p2p file \"NVIDIA\" on every EFA")
 	return m.finish()
 }
@@ -376,21 +380,62 @@ func trn2() *machine {
 	return m.finish()
 }
 
+// family are the models built on demand, not bundled: the other sizes of
+// a family whose layout a bundled fixture or a public topology file gives.
+var family = []fixture{
+	{"g5.12xlarge", func() *machine { return g5size("g5.12xlarge", 14, "0-47", 4) }},
+	{"g5.16xlarge", func() *machine { return g5size("g5.16xlarge", 15, "0-63", 1) }},
+	{"g5.24xlarge", func() *machine { return g5size("g5.24xlarge", 16, "0-95", 4) }},
+	{"g5.48xlarge", g5x48},
+}
+
 // g5: one GPU and one EFA flat on root bus 0, no NUMA.
 func g5() *machine {
 	m := newMachine("g5.8xlarge", 7, 10, "0-31", "0-31")
 	m.legacyBus(-1)
 	m.flatRoot(0x00, -1,
 		at{0x05, ena("ens5")},
-		at{0x06, efa(0xefa1, rate100, "efa_0")},
+		at{0x06, efa(0xefa0, rate100, "efa_0")},
 		at{0x1e, gpu(0x2237)},
 		at{0x1f, nvme()})
 	m.eni(addr(0x00, 0x06), addr(0x00, 0x05))
 	m.Seen("the unrenamed IB device name efa_0 (no rdma-core udev rename) occurs in the wild")
+	m.Seen("EFA generation 1d0f:efa0 (dra.net pciSubsystem efa0), pcieRoot pci0000:00 for the EFA and the GPU, no NUMA node: Karpenter v1.15.2's table of what dra.net published on a real g5.8xlarge")
 	m.Inf("the whole layout: a flat root pci0000:00 with ENA 00:05.0 (ens5), EFA 00:06.0, A10G 10de:2237 at 00:1e.0, local NVMe 1d0f:cd01 at 00:1f.0")
-	m.Inf("EFA generation 1d0f:efa1 and rate %q; the ENA and the EFA are one EFA interface (GID = EUI-64 of the ENA's MAC)", rate100)
+	m.Inf("rate %q; the ENA and the EFA are one EFA interface (GID = EUI-64 of the ENA's MAC)", rate100)
 	m.Inf("numa_node -1 on every PCI function, as on single-socket VMs; one NUMA node 0-31, local_cpulist 0-31")
 	m.Inf("no p2p file (in-tree efa driver)")
+	return m.finish()
+}
+
+// g5size is a g5 size with gpus A10Gs: g5.8xlarge's layout with the GPUs
+// at 00:1e.0 and the slots below it.
+func g5size(product string, seed int, cpus string, gpus int) *machine {
+	m := newMachine(product, seed, 10, cpus, cpus)
+	m.legacyBus(-1)
+	devs := []at{{0x05, ena("ens5")}, {0x06, efa(0xefa0, rate100, "")}, {0x1f, nvme()}}
+	for i := range gpus {
+		devs = append(devs, at{0x1e - i, gpu(0x2237)})
+	}
+	m.flatRoot(0x00, -1, devs...)
+	m.eni(addr(0x00, 0x06), addr(0x00, 0x05))
+	m.Src("%d A10G GPUs and %s vCPUs: the EC2 G5 instance page", gpus, cpus)
+	m.Inf("g5.8xlarge's layout: a flat root pci0000:00 with ENA 00:05.0, EFA 1d0f:efa0 00:06.0, the GPUs from 00:1e.0 down, NVMe at 00:1f.0; no NUMA node")
+	return m.finish()
+}
+
+// g5x48 is g5.48xlarge as aws-ofi-nccl's g5.48xl-topo.xml lays it out.
+func g5x48() *machine {
+	m := newMachine("g5.48xlarge", 17, 10, "0-191", "0-191")
+	m.legacyBus(-1)
+	devs := []at{{0x05, ena("ens5")}, {0x15, efa(0xefa0, rate100, "")}, {0x1f, nvme()}}
+	for slot := 0x16; slot <= 0x1d; slot++ {
+		devs = append(devs, at{slot, gpu(0x2237)})
+	}
+	m.flatRoot(0x00, -1, devs...)
+	m.eni(addr(0x00, 0x15), addr(0x00, 0x05))
+	m.Src("a flat root bus 0 with the NIC at 00:15.0 and 8 GPUs at 00:16.0-00:1d.0: aws-ofi-nccl topology/g5.48xl-topo.xml")
+	m.Inf("EFA 1d0f:efa0 as on g5.8xlarge; ENA at 00:05.0, NVMe at 00:1f.0; no NUMA node, 192 vCPUs")
 	return m.finish()
 }
 
