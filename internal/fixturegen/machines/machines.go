@@ -105,7 +105,6 @@ func (f fixture) machine(bundled bool) *Machine {
 	return out
 }
 
-
 // Torus4x4 returns the trn1 Neuron torus the Trainium models write into
 // connected_devices: device i's neighbours.
 func Torus4x4() [][]int {
