@@ -4,16 +4,18 @@ PKGS     := ./...
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all test lint unit bench-check e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
+.PHONY: all test lint unit bench-check karpenter karpenter-update e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
 
 all: build test
 
 ## test: everything CI checks: format, vet, unit tests with the race
-## detector (fuzz seed corpora included), fixture drift, module zip.
-test: lint unit bench-check e2e image-check modzip
+## detector (fuzz seed corpora included), fixture drift, the models against
+## Karpenter's real-node data, module zip.
+test: lint unit bench-check karpenter e2e image-check modzip
 
 ## lint: gofmt, go vet and staticcheck (pinned in tools/staticcheck/go.mod,
-## built through the module proxy) on every module of the repository.
+## built through the module proxy) on every module of the repository
+## (test/karpenter's with go1.27.3, the Go that module needs).
 STATICCHECK := bin/staticcheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -23,6 +25,8 @@ lint:
 	$(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
 	$(STATICCHECK) ./...
 	for m in bench tools/image test/e2e; do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+	GOTOOLCHAIN=go1.27.3 $(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK)-go1.27 honnef.co/go/tools/cmd/staticcheck
+	cd test/karpenter && GOTOOLCHAIN=go1.27.3 $(CURDIR)/$(STATICCHECK)-go1.27 ./...
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -32,6 +36,21 @@ unit:
 bench-check:
 	cd bench && $(GO) test -race -count=1 ./...
 	cd bench && $(GO) test -run='^$$' -bench=Compare -benchtime=1x ./...
+
+## karpenter: every instance type the fixture models build, against
+## Karpenter's released tables of what dra.net and NVIDIA's DRA driver
+## published on real nodes (test/karpenter, pinned to
+## github.com/aws/karpenter-provider-aws v1.15.2), and the fleet table
+## against the types those tables know to have EFA. v1.15.2 declares Go
+## 1.26.11, so this module alone runs on go1.27.3 (GOTOOLCHAIN, fetched
+## through the Go module proxy like a module); the rest keeps go.mod's Go.
+## karpenter-update rewrites docs/karpenter-agreement.md.
+KARPENTER_GO := GOTOOLCHAIN=go1.27.3 $(GO)
+karpenter:
+	cd test/karpenter && $(KARPENTER_GO) vet ./... && $(KARPENTER_GO) test -race -count=1 ./...
+
+karpenter-update:
+	cd test/karpenter && $(KARPENTER_GO) test -count=1 ./... -update
 
 ## e2e-deps: Debian's etcd-server for the e2e control plane, and runc and
 ## busybox-static for its real node (the Kubernetes binaries, containerd

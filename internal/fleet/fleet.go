@@ -9,7 +9,9 @@
 // stable/aws-efa-k8s-device-plugin/values.yaml at commit bfe91c4 (July
 // 2026), which AWS's hack/update-efa-instance-types.sh writes from EC2's
 // DescribeInstanceTypes with the filter network-info.efa-supported=true in
-// every region, plus a few preview types it lists by hand (SourcePreview).
+// every region, plus a few preview types it lists by hand (SourcePreview),
+// and the types the EC2 User Guide lists that the chart did not yet
+// (SourceUserGuide).
 // EC2's own list is the user guide's "Supported instance types"
 // (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types).
 // The architecture is arm64 for Graviton families (a "g" after the
@@ -64,6 +66,11 @@ const (
 	// SourcePreview: in AWS's chart from the types its script lists by
 	// hand, since DescribeInstanceTypes may not return them.
 	SourcePreview Source = "aws/eks-charts@bfe91c4 (preview types listed by hand)"
+	// SourceUserGuide: not in AWS's chart at that commit; in the EC2 User
+	// Guide's table of EFA instance types (efa.html#efa-instance-types,
+	// under Nitro v6), and for r9g and r9gd in Karpenter v1.15.2's
+	// real-node tables (docs/karpenter-agreement.md).
+	SourceUserGuide Source = "EC2 User Guide, EFA supported instance types"
 )
 
 // Family is one EC2 instance family with EFA.
@@ -86,7 +93,7 @@ func (f Family) InstanceTypes() []string {
 
 // Families is the table, sorted by name; each call returns a new copy.
 func Families() []Family {
-	const describe, preview = SourceDescribe, SourcePreview
+	const describe, preview, guide = SourceDescribe, SourcePreview, SourceUserGuide
 	return []Family{
 		{"c5n", General, AMD64, describe, []string{"9xlarge", "18xlarge", "metal"}},
 		{"c6a", General, AMD64, describe, []string{"48xlarge", "metal"}},
@@ -192,6 +199,8 @@ func Families() []Family {
 		{"r8idb", General, AMD64, describe, []string{"48xlarge", "96xlarge", "metal-48xl", "metal-96xl"}},
 		{"r8idn", General, AMD64, describe, []string{"48xlarge", "96xlarge", "metal-48xl", "metal-96xl"}},
 		{"r8in", General, AMD64, describe, []string{"48xlarge", "96xlarge", "metal-48xl", "metal-96xl"}},
+		{"r9g", General, ARM64, guide, []string{"48xlarge", "metal-48xl"}},
+		{"r9gd", General, ARM64, guide, []string{"48xlarge", "metal-48xl"}},
 		{"trn1", Neuron, AMD64, describe, []string{"32xlarge"}},
 		{"trn1n", Neuron, AMD64, describe, []string{"32xlarge"}},
 		{"trn2", Neuron, AMD64, describe, []string{"3xlarge", "48xlarge"}},
@@ -204,6 +213,7 @@ func Families() []Family {
 		{"u7in-16tb", General, AMD64, describe, []string{"224xlarge"}},
 		{"u7in-24tb", General, AMD64, describe, []string{"224xlarge"}},
 		{"u7in-32tb", General, AMD64, describe, []string{"224xlarge"}},
+		{"u7inh-32tb", General, AMD64, guide, []string{"480xlarge"}},
 		{"vt1", OtherAccelerator, AMD64, describe, []string{"24xlarge"}},
 		{"x2idn", General, AMD64, describe, []string{"32xlarge", "metal"}},
 		{"x2iedn", General, AMD64, describe, []string{"32xlarge", "metal"}},

@@ -23,7 +23,7 @@ func TestTable(t *testing.T) {
 		names = append(names, f.Name)
 		assert.Contains(t, Kinds(), f.Kind, f.Name)
 		assert.Contains(t, []Arch{AMD64, ARM64}, f.Arch, f.Name)
-		assert.Contains(t, []Source{SourceDescribe, SourcePreview}, f.Src, f.Name)
+		assert.Contains(t, []Source{SourceDescribe, SourcePreview, SourceUserGuide}, f.Src, f.Name)
 		require.NotEmpty(t, f.Sizes, f.Name)
 		assert.Len(t, slices.Compact(slices.Clone(f.Sizes)), len(f.Sizes), "%s: a size twice", f.Name)
 		for _, it := range f.InstanceTypes() {
