@@ -6,8 +6,8 @@
 // accepts the fixture. One copy is the fixture itself, entry for entry
 // (TestOneCopyIsTheFixture).
 //
-// The layout repeats internal/fixturegen's p5 (a main package, so not
-// importable) by hand; the test keeps the two the same.
+// The layout repeats internal/fixturegen/machines' p5 by hand, since those
+// models build one machine in domain 0000; the test keeps the two the same.
 package scale
 
 import (
