@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all test lint unit bench-check karpenter karpenter-update e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
+.PHONY: all test lint unit stress bench-check karpenter karpenter-update e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
 
 all: build test
 
@@ -30,6 +30,19 @@ lint:
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+
+## stress: the unit packages as a fresh, busy CI machine runs them: with
+## the race detector, STRESSCOUNT times over (3), beside STRESSLOAD
+## CPU-bound shell loops (one per CPU), so that a test that fails one run
+## in twenty on a loaded machine fails here first. Run it before a
+## submission.
+STRESSCOUNT ?= 3
+stress:
+	@load=$${STRESSLOAD:-$$(nproc)}; pids=; \
+	  for i in $$(seq $$load); do (while :; do :; done) & pids="$$pids $$!"; done; \
+	  trap 'kill $$pids 2>/dev/null' EXIT INT TERM; \
+	  echo "stress: go test -race -count=$(STRESSCOUNT) beside $$load CPU-bound loops"; \
+	  $(GO) test -race -count=$(STRESSCOUNT) -timeout 60m $(PKGS)
 
 ## bench-check: the comparison module's tests (same devices found by
 ## efakit, ghw and procfs), and one round of its harness.

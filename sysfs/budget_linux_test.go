@@ -17,39 +17,41 @@ import (
 )
 
 // syscallBudget is what topology.Scan may cost on each fixture, unpacked
-// on disk and read through the openat2 root, in system calls: counted in
-// the root itself, never with strace. Each figure is what it costs today;
-// a change that needs more fails here and must say why in this table.
+// on disk and read through the openat2 root, in the system calls the
+// Reader decides to make (openat2, fstat, read, close, readlinkat):
+// counted in the root itself, never with strace. getdents64 is held to its
+// own bound instead (TestSyscallBudget says why). Each figure is what it
+// costs today; a change that needs more fails here and must say why in
+// this table.
 var syscallBudget = map[string]int{
-	"g5.8xlarge":    129,
-	"m5.xlarge":     53,
-	"p4d.24xlarge":  522,
-	"p4de.24xlarge": 523,
-	// 2506 before the switches got their 14 downstream ports of the
-	// public lstopo (48 empty ports more to read).
-	"p5.48xlarge": 2821,
-	// p5's 2821 and the files of two NUMA nodes more (2 x 3).
-	"p5e.48xlarge":  2845,
-	"p5en.48xlarge": 1860,
-	// 1187 before the layout of AWS's NIC table (4 switches of 14 ports,
-	// not 22: 32 bridge ports fewer).
-	"p6-b200.48xlarge":   1017,
-	"p6-b300.48xlarge":   1710,
-	"p6e-gb200.36xlarge": 1268,
-	"trn1.32xlarge":      764,
-	"trn1n.32xlarge":     1252,
-	"trn2.48xlarge":      1497,
+	"g5.8xlarge":    117,
+	"m5.xlarge":     47,
+	"p4d.24xlarge":  486,
+	"p4de.24xlarge": 487,
+	// The switches' 14 downstream ports of the public lstopo, 48 of them
+	// empty, are most of it.
+	"p5.48xlarge": 2623,
+	// p5's and the files of two NUMA nodes more (2 x 3 files).
+	"p5e.48xlarge":  2647,
+	"p5en.48xlarge": 1728,
+	// AWS's NIC table's layout: 4 switches of 14 ports.
+	"p6-b200.48xlarge":   963,
+	"p6-b300.48xlarge":   1608,
+	"p6e-gb200.36xlarge": 1166,
+	"trn1.32xlarge":      708,
+	"trn1n.32xlarge":     1148,
+	"trn2.48xlarge":      1393,
 }
 
 // TestSyscallBudget holds topology.Scan to the file-count limit: every
 // file it reads costs one openat2(2), one fstat(2) (the type check that
 // refuses a named pipe or a device), one read(2) (an attribute fits a
 // page, and a short read is the end: no read to see end of file) and one
-// close(2); every directory one openat2, two getdents64(2) (the second
-// sees the end) and one close; every link of bus/pci/devices one
+// close(2); every directory one openat2, two or three getdents64(2) (the
+// last sees the end) and one close; every link of bus/pci/devices one
 // readlinkat(2), made while the directory is open. Nothing is asked
 // twice, and nothing else is asked at all, on every fixture; and the
-// total stays within syscallBudget.
+// calls other than getdents64 stay within syscallBudget.
 func TestSyscallBudget(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -88,8 +90,16 @@ func TestSyscallBudget(t *testing.T) {
 			for _, call := range []string{"read", "fstat"} {
 				assert.True(t, got[call] <= files && got[call] >= files-misses, "one %s per file: %d for %d files", call, got[call], files)
 			}
-			assert.LessOrEqual(t, got["getdents64"], 2*dirs, "two getdents per directory")
-			assert.GreaterOrEqual(t, got["getdents64"], 2*(dirs-misses), "two getdents per directory")
+			// How many entries one getdents64 returns is the file
+			// system's choice, not the Reader's: every listing here fits
+			// the Reader's 16 KiB buffer, so a directory takes two calls
+			// (entries, then end) on tmpfs, but a file system may end a
+			// call early (ext4 returns a hashed directory in hash order,
+			// seeded per file system), which costs a third. So the bound
+			// is two to three calls a directory, and getdents64 stays out
+			// of the budget.
+			assert.GreaterOrEqual(t, got["getdents64"], 2*(dirs-misses), "at least two getdents per directory listed")
+			assert.LessOrEqual(t, got["getdents64"], 3*dirs, "at most three getdents per directory")
 			extra := maps.Clone(got)
 			for _, k := range []string{"openat2", "fstat", "read", "close", "getdents64", "readlinkat"} {
 				delete(extra, k)
@@ -97,16 +107,18 @@ func TestSyscallBudget(t *testing.T) {
 			assert.Empty(t, extra, "other system calls")
 
 			total := 0
-			for _, n := range got {
-				total += n
+			for k, n := range got {
+				if k != "getdents64" {
+					total += n
+				}
 			}
 			mu.Lock()
-			lines = append(lines, fmt.Sprintf("  %-18s %5d = %4d openat2 + %4d fstat + %4d read + %4d close + %3d getdents64 + %3d readlinkat (%d files, %d directories)",
-				name, total, got["openat2"], got["fstat"], got["read"], got["close"], got["getdents64"], got["readlinkat"], files, dirs))
+			lines = append(lines, fmt.Sprintf("  %-18s %5d = %4d openat2 + %4d fstat + %4d read + %4d close + %3d readlinkat; %3d getdents64 (%d files, %d directories)",
+				name, total, got["openat2"], got["fstat"], got["read"], got["close"], got["readlinkat"], got["getdents64"], files, dirs))
 			mu.Unlock()
 			budget, ok := syscallBudget[name]
 			if assert.True(t, ok, "%s has no budget: %d system calls today", name, total) {
-				assert.LessOrEqual(t, total, budget, "over budget")
+				assert.LessOrEqual(t, total, budget, "over budget: %v", got)
 			}
 		})
 	}
