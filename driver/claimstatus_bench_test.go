@@ -70,7 +70,7 @@ func BenchmarkPrepareClaimStatus(b *testing.B) {
 			st.Client = apiServerAnswering(map[int]time.Duration{1: 0, 2: 100 * time.Millisecond}[i], &x.written)
 		}
 		dir := tmpfsDir(b)
-		x.dra = servePluginWith(b, dir, dir, nil, st, c)
+		x.dra = servePluginWith(b, dir, dir, nil, func(o *driver.ServeOptions) { o.ClaimStatus = st }, c)
 	}
 	ctx := context.Background()
 	claims := []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}}

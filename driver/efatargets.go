@@ -15,14 +15,20 @@ import (
 // unprepare a claim whose EFA was handed on to another (see readClaim),
 // the EFA carries the claim of lower UID. One series per EFA either way,
 // so sums over claims or nodes count its traffic once.
+//
+// It reads the snapshots (Plugin.committed, Plugin.scanned), never
+// Plugin.mu: a scrape does not wait behind a prepare's fsync.
 func (p *Plugin) efaTargets() []metrics.Target {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	state := p.committed.Load()
+	var devices map[string]inventoryDevice
+	if s := p.scanned.Load(); s != nil {
+		devices = *s
+	}
 	type owner struct{ ns, name, uid string }
 	owners := map[string]owner{}   // by PCI address: the claim holding it alone
 	shares := map[string][]owner{} // by PCI address: the claims holding shares
-	if p.claims.state != nil {
-		for uid, c := range p.claims.state.Claims {
+	if state != nil {
+		for uid, c := range state.Claims {
 			for _, d := range c.Devices {
 				if d.ShareID != "" {
 					o := owner{c.Namespace, c.Name, uid}
@@ -48,8 +54,8 @@ func (p *Plugin) efaTargets() []metrics.Target {
 		}
 		owners[pci] = owner{strings.Join(o[0], ","), strings.Join(o[1], ","), strings.Join(o[2], ",")}
 	}
-	names := make([]string, 0, len(p.inv.devices))
-	for n, inv := range p.inv.devices {
+	names := make([]string, 0, len(devices))
+	for n, inv := range devices {
 		if inv.EFA != nil {
 			names = append(names, n)
 		}
@@ -57,7 +63,7 @@ func (p *Plugin) efaTargets() []metrics.Target {
 	sort.Strings(names)
 	out := make([]metrics.Target, 0, len(names))
 	for _, n := range names {
-		inv := p.inv.devices[n]
+		inv := devices[n]
 		o := owners[inv.PCIAddress]
 		out = append(out, metrics.Target{Dev: inv.EFA, Device: inv.RDMAName, PCIAddress: inv.PCIAddress, PCIeRoot: inv.EFA.PCI.Root,
 			DRADevice: n, ClaimNamespace: o.ns, ClaimName: o.name, ClaimUID: o.uid})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/efakit/efakit/driver/claimstatus"
@@ -65,6 +66,12 @@ type Plugin struct {
 	inv        inventory
 	publishing publishState
 	claims     claimState
+
+	// What the readers that must never wait behind a prepare's writes
+	// (the EFA exporter's targets) read instead of the three states:
+	// values replaced whole under mu, never changed once stored.
+	committed atomic.Pointer[checkpoint.State]            // the claim state last saved or loaded
+	scanned   atomic.Pointer[map[string]inventoryDevice] // inv.devices of the last scan
 }
 
 // operations are the Plugin's hooks and outputs beside its API: set by
@@ -141,9 +148,10 @@ type claimState struct {
 	// and the helper's device-metadata files.
 	dataDir string
 	state   *checkpoint.State
-	// storage: why the plugin cannot write its files ("" when it can),
-	// from the last check (checkStorage).
-	storage string
+	// storage: why the plugin cannot write its files ("" or nil when it
+	// can), from the last check (checkStorage); read and written without
+	// Plugin.mu, so /readyz never waits behind a prepare.
+	storage atomic.Pointer[string]
 	// checkFiles asks WatchCDI for a check of the directories now (a
 	// prepare failed to write).
 	checkFiles chan struct{}
@@ -256,7 +264,7 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	if st == nil {
 		return nil, fmt.Errorf("checkpoint: %w", loadErr)
 	}
-	p.claims.state = st
+	p.setState(st)
 	var errs []error
 	if loadErr != nil {
 		errs = append(errs, fmt.Errorf("checkpoint: %w", loadErr))

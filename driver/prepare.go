@@ -79,17 +79,26 @@ func (p *Plugin) commit(b *batch) error {
 	if len(b.changed) == 0 {
 		// The State the checkpoint Store remembers: the next call's
 		// Reload need not read the file.
-		p.claims.state = b.base
+		p.setState(b.base)
 		return nil
 	}
 	if err := p.claims.store.Save(p.claims.state); err != nil {
-		p.claims.state = b.base
+		p.setState(b.base)
 		for _, uid := range b.added {
 			_ = p.claims.cdi.Remove(uid)
 		}
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	p.setState(p.claims.state)
 	return nil
+}
+
+// setState makes st the claim state, saved or loaded: the one the
+// lock-free readers see (Plugin.committed). A batch's own copy is never
+// set here, so they never see a claim before its save.
+func (p *Plugin) setState(st *checkpoint.State) {
+	p.claims.state = st
+	p.committed.Store(st)
 }
 
 // PrepareResourceClaims prepares each claim: a CDI spec holding only its
@@ -334,7 +343,7 @@ func (p *Plugin) reloadState(ctx context.Context) {
 		klog.FromContext(ctx).Error(err, "Reading the checkpoint again failed", "then", "going on with the state in memory")
 		return
 	}
-	p.claims.state = st
+	p.setState(st)
 }
 
 func cloneState(s *checkpoint.State) *checkpoint.State {

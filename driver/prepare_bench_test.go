@@ -135,12 +135,12 @@ func benchPrepareLatency(b *testing.B, cdiDir, dataDir string) {
 // plugin stops at the end of the test.
 func servePlugin(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) error, claims ...*resourceapi.ResourceClaim) drapb.DRAPluginClient {
 	tb.Helper()
-	return servePluginWith(tb, cdiDir, dataDir, sync, driver.ClaimStatusOptions{}, claims...)
+	return servePluginWith(tb, cdiDir, dataDir, sync, nil, claims...)
 }
 
-// servePluginWith is servePlugin with the claims' status writes as st
-// says.
-func servePluginWith(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) error, st driver.ClaimStatusOptions, claims ...*resourceapi.ResourceClaim) drapb.DRAPluginClient {
+// servePluginWith is servePlugin with the options changed by mod (claim
+// status writes, the HTTP server); nil changes nothing.
+func servePluginWith(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) error, mod func(*driver.ServeOptions), claims ...*resourceapi.ResourceClaim) drapb.DRAPluginClient {
 	tb.Helper()
 	client := fake.NewClientset()
 	if _, err := client.CoreV1().Nodes().Create(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}}, metav1.CreateOptions{}); err != nil {
@@ -162,15 +162,17 @@ func servePluginWith(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) 
 		tb.Fatal(err)
 	}
 	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- driver.Serve(ctx, driver.ServeOptions{
-			Config: resources.Config{NodeName: node}, KubeClient: client,
-			Paths: driver.Paths{SysfsRoot: p5, ProcRoot: proc, CDIRoot: filepath.Join(cdiDir, "cdi"),
-				RegistrarDir: filepath.Join(dataDir, "reg"), PluginsDir: filepath.Join(dataDir, "plugins")},
-			Ready: ready, Live: efa.StaticLive{Mode: efa.NetnsShared},
-			Sync: sync, ClaimStatus: st,
-		})
-	}()
+	opts := driver.ServeOptions{
+		Config: resources.Config{NodeName: node}, KubeClient: client,
+		Paths: driver.Paths{SysfsRoot: p5, ProcRoot: proc, CDIRoot: filepath.Join(cdiDir, "cdi"),
+			RegistrarDir: filepath.Join(dataDir, "reg"), PluginsDir: filepath.Join(dataDir, "plugins")},
+		Ready: ready, Live: efa.StaticLive{Mode: efa.NetnsShared},
+		Sync: sync,
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	go func() { done <- driver.Serve(ctx, opts) }()
 	select {
 	case <-ready:
 	case err := <-done:

@@ -117,6 +117,8 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	for name, attrs := range groupAttrs {
 		p.inv.devices[name] = inventoryDevice{Attributes: attrs}
 	}
+	scanned := p.inv.devices
+	p.scanned.Store(&scanned)
 	p.inv.base = &res
 	p.inv.scanErr = ""
 	if err != nil {

@@ -68,10 +68,10 @@ func (p *Plugin) checkStorage(ctx context.Context) {
 		p.ops.metrics.StorageWritable.WithLabelValues(d.label).Set(ok)
 	}
 	now := strings.Join(problems, "; ")
-	p.mu.Lock()
-	was := p.claims.storage
-	p.claims.storage = now
-	p.mu.Unlock()
+	was := ""
+	if old := p.claims.storage.Swap(&now); old != nil {
+		was = *old
+	}
 	if now == was {
 		return
 	}
@@ -88,9 +88,10 @@ func (p *Plugin) checkStorage(ctx context.Context) {
 // StorageProblem is why the plugin cannot write its files ("" when it
 // can), from the last check.
 func (p *Plugin) StorageProblem() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.claims.storage
+	if why := p.claims.storage.Load(); why != nil {
+		return *why
+	}
+	return ""
 }
 
 // storageError says, for an error of a write, what the user can do: a
