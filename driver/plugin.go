@@ -70,7 +70,7 @@ type Plugin struct {
 	// What the readers that must never wait behind a prepare's writes
 	// (the EFA exporter's targets) read instead of the three states:
 	// values replaced whole under mu, never changed once stored.
-	committed atomic.Pointer[checkpoint.State]            // the claim state last saved or loaded
+	committed atomic.Pointer[checkpoint.State]           // the claim state last saved or loaded
 	scanned   atomic.Pointer[map[string]inventoryDevice] // inv.devices of the last scan
 }
 
