@@ -58,6 +58,8 @@ func checkExtendedResource(ctx context.Context, kube kubernetes.Interface, class
 // retryRead runs read up to three times, a second apart, each bounded to
 // 5 s (the API server may still be starting beside the plugin), until it
 // answers, or says the class is not there or not the plugin's to read.
+// It is wait's backoff, not client-go's util/retry: retry.OnError takes
+// no context, so a plugin stopped during the retries would wait them out.
 func retryRead(ctx context.Context, read func(context.Context) error) error {
 	var err error
 	_ = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Steps: 3, Duration: time.Second, Factor: 1}, func(ctx context.Context) (bool, error) {
