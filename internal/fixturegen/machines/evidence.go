@@ -26,7 +26,8 @@ facts are checked by topology/nccl_test.go.
 | p5en | H200 at 59, 5a, 72, 73, 8b, 8c, a4, a5; EFA names; efa2 (61346); NUMA 0-47,96-143 / 48-95,144-191, distance 21 | public p5en capture (nvidia-smi, lscpu, numactl, ibv_devinfo) read through code search |
 | p5en | EFAs 55-58, 6e-71, 87-8a, a0-a3 each share a switch with a GPU | aws-ofi-nccl NIC tables |
 | p5en | switch ports 46:00.0-46:02.5, ENA/EFA/GPU/NVMe buses of the first switch | docs/hardware.md [seen] (source not re-read) |
-| p5en | roots 5d, 76, 8f; rate 200 Gb/s; ENA pairing | docs/hardware.md inference |
+| p5en | roots 44, 5d, 76, 8f and their NUMA nodes | Karpenter v1.15.2 drametadata |
+| p5en | rate 200 Gb/s; ENA pairing | docs/hardware.md inference |
 | p6-b200 | EFAs 4f, 50, 60, 61, 71, 72, 84, 85 (rdmap79s0 ... rdmap133s0), each sharing a switch with a GPU | aws-ofi-nccl NIC tables |
 | p6-b200 | mlx5 ibp115s0f0, ibp116s0f0; 400 Gb/s | docs/hardware.md [seen] |
 | p6-b200 | roots 44, 55, 66, 79 with 2 EFAs and 2 GPUs each, NUMA 0, 0, 1, 1 | Karpenter v1.15.2 drametadata |

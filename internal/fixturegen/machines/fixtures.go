@@ -190,9 +190,9 @@ func p5en() *machine {
 	m.Seen("GPU buses 59, 5a, 72, 73, 8b, 8c, a4, a5; EFAs rdmap85s0-88s0, rdmap110s0-113s0, rdmap135s0-138s0, rdmap160s0-163s0")
 	m.Seen("a public p5en capture (nvidia-smi, lscpu, numactl --hardware, ibv_devinfo, read through code search) agrees: H200 at 59, 5a, 72, 73, 8b, 8c, a4, a5; EFAs rdmap85s0 ... vendor_part_id 61346, hw_ver 0xEFA2; NUMA node 0 0-47,96-143, node 1 48-95,144-191, distance 21")
 	m.Src("EFA buses 55-58, 6e-71, 87-8a, a0-a3, each sharing a PCIe switch with a GPU: the p5en NIC table of the aws-ofi-nccl topology unit test")
-	m.Inf("roots of the other three switches pci0000:5d, :76, :8f, each the first switch's layout shifted by 0x19 buses")
+	m.Seen("roots pci0000:44, :5d, :76, :8f, each with 4 EFAs and 2 GPUs, the first two on NUMA node 0 and the last two on 1; EFA generation efa2 (dra.net pciSubsystem): Karpenter v1.15.2's tables of what dra.net and NVIDIA's driver published on a real p5en.48xlarge")
+	m.Inf("the other three switches: the first switch's layout shifted by 0x19 buses")
 	m.Inf("EFA rate %q (docs/hardware.md marks the p5en rate [inf])", rate200)
-	m.Inf("NUMA: first two switches node 0, last two node 1")
 	m.Inf("all 16 ENA functions bound to ena with a netdev each (enp71s0-enp74s0, enp96s0-enp99s0, enp121s0-enp124s0, enp146s0-enp149s0); the n-th ENA and the n-th EFA of a switch are one EFA interface (47 with 55, 48 with 56, ...): the EFA's GID is the EUI-64 of the ENA's MAC")
 	m.Inf("NVMe disks are local instance store 1d0f:cd01; no NVSwitch PCI functions")
 	m.Inf("p2p file \"NVIDIA\" on every EFA")
@@ -208,7 +208,6 @@ func p6b200() *machine {
 	// Port indexes (bus root+3+i) of each switch's EFAs, GPUs and disks.
 	layout := []struct{ root, efa, gpu, nvme int }{{0x44, 8, 10, 12}, {0x55, 8, 10, 12}, {0x66, 8, 12, -1}, {0x79, 8, 10, 12}}
 	for k, l := range layout {
-		root := l.root
 		devs := []at{
 			{l.efa, efa(0xefa3, rate400, "")}, {l.efa + 1, efa(0xefa3, rate400, "")},
 			{l.gpu, gpu(0x2901)}, {l.gpu + 1, gpu(0x2901)},
@@ -223,7 +222,7 @@ func p6b200() *machine {
 			// buses 0x73 and 0x74: ibp115s0f0, ibp116s0f0
 			devs = append(devs, at{10, mlx5("ibp115s0f0", "400 Gb/sec (4X NDR)")}, at{11, mlx5("ibp116s0f0", "400 Gb/sec (4X NDR)")})
 		}
-		m.pcieSwitch(root, root+0x10, k/2, densePorts(root, p5DownPorts, devs...))
+		m.pcieSwitch(l.root, l.root+0x10, k/2, densePorts(l.root, p5DownPorts, devs...))
 	}
 	m.eni(addr(0x4f, 0), addr(0x47, 0))
 	m.Seen("8 B200 10de:2901, 8 EFA at %q; two mlx5 RDMA devices ibp115s0f0 and ibp116s0f0 (so at 73:00.0 and 74:00.0) that are not EFA", rate400)
