@@ -3,7 +3,6 @@ package driver_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/events"
@@ -38,37 +40,24 @@ func eventWrites(client *fake.Clientset) int {
 	return n
 }
 
-// fakeClock is a clock a test moves.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // TestEventsFlappingBounded: an EFA going unhealthy is a Warning on the
 // Node naming the device, its RDMA device and why, and healthy again a
-// Normal; 100 flaps of its link make a bounded number of API writes (a
-// burst per reason and device), and the flaps held back are counted in
-// the next event written once the limit allows one again.
+// Normal; 100 flaps of its link make a bounded number of API writes (the
+// spam filter's burst per reason and device), and the flaps held back are
+// counted in the next event written once the filter allows one again
+// (client-go's correlator counts every observation).
 func TestEventsFlappingBounded(t *testing.T) {
 	t.Parallel()
 	up, down := edit(t, func(*sysfs.Entry) bool { return true }), portDown(t, "50")
 	s := &swapFS{}
 	s.cur.Store(up)
 	client := fake.NewClientset()
-	clock := &fakeClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
-	rec := events.New(client, node)
-	rec.Now = clock.Now
-	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events = rec })
+	clock := clocktesting.NewFakeClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go rec.Run(ctx)
+	rec := events.New(ctx, client, node, clock)
+	defer rec.Stop()
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events = rec })
 	p.SetPublisher(&recorder{})
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)
@@ -82,10 +71,8 @@ func TestEventsFlappingBounded(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// Two reasons for one device, a burst of three each.
-	require.Eventually(t, func() bool { return eventWrites(client) >= 6 }, 10*time.Second, 10*time.Millisecond)
-	assert.Never(t, func() bool { return eventWrites(client) > 6 }, 300*time.Millisecond, 10*time.Millisecond)
-	writes, dropped := rec.Stats()
-	t.Logf("100 flaps: %d event writes, %d events dropped by the full queue", writes, dropped)
+	require.Eventually(t, func() bool { return eventWrites(client) >= 2*events.SpamBurst }, 10*time.Second, 10*time.Millisecond)
+	assert.Never(t, func() bool { return eventWrites(client) > 2*events.SpamBurst }, 300*time.Millisecond, 10*time.Millisecond)
 
 	evs := nodeEvents(t, client)
 	reasons := map[string]int{}
@@ -93,48 +80,56 @@ func TestEventsFlappingBounded(t *testing.T) {
 		reasons[e.Reason+"/"+e.Type]++
 		assert.Equal(t, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: node}, e.InvolvedObject)
 		assert.Equal(t, corev1.EventSource{Component: "efakit-plugin", Host: node}, e.Source)
+		assert.Equal(t, "efa-0000-50-00-0", e.Annotations[events.AnnotationDevice])
 	}
-	assert.Equal(t, map[string]int{"EFAUnhealthy/Warning": 3, "EFAHealthy/Normal": 3}, reasons)
-	var unhealthy corev1.Event
-	for _, e := range evs {
-		if e.Reason == "EFAUnhealthy" {
-			unhealthy = e
-		}
-	}
+	assert.Equal(t, map[string]int{"EFAUnhealthy/Warning": 1, "EFAHealthy/Normal": 1}, reasons, "an identical Event is counted, not written again")
+	unhealthy := byReason(evs, "EFAUnhealthy")
 	assert.Contains(t, unhealthy.Message, "EFA efa-0000-50-00-0 (rdmap80s0) is unhealthy: port DOWN")
+	assert.Equal(t, int32(events.SpamBurst), unhealthy.Count)
 
 	// Five minutes on, one more flap is written, counting those held back.
-	clock.add(5 * time.Minute)
+	clock.Step(5 * time.Minute)
 	s.cur.Store(down)
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return eventWrites(client) == 7 }, 10*time.Second, 10*time.Millisecond)
-	var folded *corev1.Event
-	for _, e := range nodeEvents(t, client) {
-		if e.Count > 1 {
-			folded = &e
-		}
-	}
-	require.NotNil(t, folded, "the held-back flaps are counted")
-	assert.Equal(t, "EFAUnhealthy", folded.Reason)
-	assert.Equal(t, int32(98), folded.Count, "100 unhealthy turns held back after 3 written, and this one")
-	assert.Contains(t, folded.Message, "98 times since")
+	require.Eventually(t, func() bool { return eventWrites(client) == 2*events.SpamBurst+1 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, int32(101), byReason(nodeEvents(t, client), "EFAUnhealthy").Count, "100 unhealthy turns, and this one")
 }
 
-// TestEventsNeverBlock: with nothing writing events (an API server that
-// does not answer), scans go on: a full queue drops events.
+// byReason is the Event of a reason.
+func byReason(evs []corev1.Event, reason string) corev1.Event {
+	for _, e := range evs {
+		if e.Reason == reason {
+			return e
+		}
+	}
+	return corev1.Event{}
+}
+
+// TestEventsNeverBlock: with an API server that does not answer event
+// writes, scans go on: recording queues and never waits.
 func TestEventsNeverBlock(t *testing.T) {
 	t.Parallel()
 	up, down := edit(t, func(*sysfs.Entry) bool { return true }), portDown(t, "50")
 	s := &swapFS{}
 	s.cur.Store(up)
-	rec := events.New(fake.NewClientset(), node) // never Run
+	client := fake.NewClientset()
+	stuck := make(chan struct{})
+	defer close(stuck)
+	client.PrependReactor("*", "events", func(clienttesting.Action) (bool, runtime.Object, error) {
+		<-stuck
+		return true, nil, errors.New("no answer")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := events.New(ctx, client, node, nil)
+	defer rec.Stop()
 	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events = rec })
 	p.SetPublisher(&recorder{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for range 40 { // 80 events, more than the queue holds
+		for range 40 {
 			s.cur.Store(down)
 			_, _ = p.Rescan(context.Background())
 			s.cur.Store(up)
@@ -146,8 +141,6 @@ func TestEventsNeverBlock(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("scans blocked on events")
 	}
-	_, dropped := rec.Stats()
-	assert.Positive(t, dropped)
 }
 
 // failingPublisher fails every publish.
@@ -161,11 +154,11 @@ func (failingPublisher) PublishResources(context.Context, resourceslice.DriverRe
 func TestEventsPublishFailed(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset()
-	rec := events.New(client, node)
-	p := newTestPlugin(t, edit(t, func(*sysfs.Entry) bool { return true }), func(o *driver.PluginOptions) { o.Events = rec })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go rec.Run(ctx)
+	rec := events.New(ctx, client, node, nil)
+	defer rec.Stop()
+	p := newTestPlugin(t, edit(t, func(*sysfs.Entry) bool { return true }), func(o *driver.PluginOptions) { o.Events = rec })
 	p.SetPublisher(failingPublisher{})
 	_, err := p.Rescan(ctx)
 	require.ErrorContains(t, err, "connection refused")

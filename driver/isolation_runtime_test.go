@@ -174,15 +174,15 @@ func TestModuleReloadSeenAtRuntime(t *testing.T) {
 	w, err := cdi.NewWriter(d.cdi, "dra.net")
 	require.NoError(t, err)
 	client := fake.NewClientset()
-	rec := events.New(client, node)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := events.New(ctx, client, node, nil)
+	defer rec.Stop()
 	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
 		Config: resources.Config{NodeName: node}, SysfsRoot: s, CDI: w, Pods: pods,
 		Store: checkpoint.NewStore(d.data), BootID: bootA, DataDir: d.data, Hooks: driver.Hooks{Events: rec},
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go rec.Run(ctx)
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
 

@@ -19,6 +19,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/claims"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -233,7 +234,7 @@ func TestRestoreWaitsForLock(t *testing.T) {
 	t.Parallel()
 	ctx, logged := testLogger(t)
 	d := dirs{cdi: t.TempDir(), data: t.TempDir()}
-	unlock, err := driver.LockDataDir(ctx, d.data)
+	unlock, err := claims.LockDataDir(ctx, d.data)
 	require.NoError(t, err)
 	root, err := sysfs.OpenCapture(p5)
 	require.NoError(t, err)

@@ -181,7 +181,7 @@ func (n *kubeletNode) start() {
 			},
 			Ready:  ready,
 			Rescan: n.rescan,
-			Live:   n.live,
+			Kernel: driver.Kernel{Live: n.live},
 		})
 	}()
 	select {

@@ -130,7 +130,7 @@ func TestHealth(t *testing.T) {
 	defer cancel()
 	reports := make(chan kubeletplugin.DeviceHealthReport)
 	done := make(chan error, 1)
-	go p.Run(ctx, time.Hour, nil) // the health checks' scans
+	go p.Run(ctx, time.Hour) // the health checks' scans
 	go func() { done <- p.WatchHealthStatus(ctx, reports) }()
 
 	first := <-reports

@@ -166,8 +166,7 @@ func servePluginWith(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) 
 		Config: resources.Config{NodeName: node}, KubeClient: client,
 		Paths: driver.Paths{SysfsRoot: p5, ProcRoot: proc, CDIRoot: filepath.Join(cdiDir, "cdi"),
 			RegistrarDir: filepath.Join(dataDir, "reg"), PluginsDir: filepath.Join(dataDir, "plugins")},
-		Ready: ready, Live: efa.StaticLive{Mode: efa.NetnsShared},
-		Sync: sync,
+		Ready: ready, Kernel: driver.Kernel{Live: efa.StaticLive{Mode: efa.NetnsShared}, Sync: sync},
 	}
 	if mod != nil {
 		mod(&opts)

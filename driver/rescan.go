@@ -2,16 +2,20 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"slices"
-	"sync"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/driver/inventory"
+	"github.com/efakit/efakit/topology"
 )
 
-// rescanReason says why a scan is asked for. Every reason but a uevent also
-// checks again for another owner of the EFAs (API reads whose answer does
-// not depend on sysfs).
+// rescanReason says why a scan is asked for. Every reason but a uevent and
+// the health interval also checks again for another owner of the EFAs
+// (API reads whose answer does not depend on sysfs).
 type rescanReason string
 
 const (
@@ -29,140 +33,68 @@ const (
 // recheck tells whether a scan for the reason checks for another owner.
 func (r rescanReason) recheck() bool { return r != rescanUevent && r != rescanHealth }
 
-// rescans are the scans asked for and not yet run: one request carries its
-// reason, requests made while one waits join it, and Run takes them all at
-// once.
-type rescans struct {
-	ready   chan struct{} // holds one token while reasons wait
-	mu      sync.Mutex
-	pending []rescanReason
-	// later is a request for a scan at a time (askAfter), the earliest
-	// one: Run's loop waits for it, so it needs no goroutine of its own.
-	later   rescanReason
-	laterAt time.Time
-	// round is closed when the scan that serves the requests made now
-	// ends; taken is the round of the scan under way.
-	round, taken chan struct{}
-}
-
-func newRescans() *rescans {
-	return &rescans{ready: make(chan struct{}, 1), round: make(chan struct{})}
-}
-
-// ask asks for a scan for reason; it never blocks.
-func (q *rescans) ask(reason rescanReason) { q.askWait(reason) }
-
-// askWait asks for a scan for reason and returns what is closed when that
-// scan has ended; it never blocks.
-func (q *rescans) askWait(reason rescanReason) <-chan struct{} {
-	q.mu.Lock()
-	if !slices.Contains(q.pending, reason) {
-		q.pending = append(q.pending, reason)
-	}
-	round := q.round
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-	return round
-}
-
-// served says the scan of the requests last taken has ended.
-func (q *rescans) served() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.taken != nil {
-		close(q.taken)
-		q.taken = nil
-	}
-}
-
-// askAfter asks for a scan for reason in d (or sooner, when an earlier
-// delayed request waits); it never blocks.
-func (q *rescans) askAfter(d time.Duration, reason rescanReason) {
-	at := time.Now().Add(d)
-	q.mu.Lock()
-	if q.laterAt.IsZero() || at.Before(q.laterAt) {
-		q.later, q.laterAt = reason, at
-	}
-	q.mu.Unlock()
-	// Wake Run, which takes nothing and waits for the new time.
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// next is when the delayed request is due (nil for none): Run selects on
-// it, and then calls due.
-func (q *rescans) next() <-chan time.Time {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.laterAt.IsZero() {
-		return nil
-	}
-	return time.After(time.Until(q.laterAt))
-}
-
-// due turns the delayed request into a request now.
-func (q *rescans) due() {
-	q.mu.Lock()
-	reason := q.later
-	q.later, q.laterAt = "", time.Time{}
-	q.mu.Unlock()
-	if reason != "" {
-		q.ask(reason)
-	}
-}
-
-// take returns the reasons waiting, in the order first asked, and clears
-// them.
-func (q *rescans) take() []rescanReason {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := q.pending
-	q.pending = nil
-	if q.taken == nil {
-		q.taken, q.round = q.round, make(chan struct{})
-	}
-	return out
-}
-
 // anyRecheck tells whether one of the reasons checks for another owner.
 func anyRecheck(rs []rescanReason) bool {
 	return slices.ContainsFunc(rs, rescanReason.recheck)
 }
 
-// Run rescans every interval, whenever signal receives (SIGHUP), and
-// whenever a scan is asked for (askRescan, the health checks), until ctx
-// ends. It is the one goroutine that scans once the plugin serves: the
-// inventory and health have one writer. Each scan
-// checks again for another owner of the EFAs unless a uevent alone asked
-// for it.
-func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan struct{}) {
+// rescanQueue is the scans asked for and not yet made: client-go's
+// delaying workqueue of reasons. A reason asked for while it waits is one
+// request; one asked for during a scan is queued again for the next
+// (the workqueue's dirty set); a delayed request (the owner check's
+// retry, the next periodic scan) waits in the queue, not in a goroutine
+// of the caller's.
+type rescanQueue = workqueue.TypedDelayingInterface[rescanReason]
+
+func newRescanQueue() rescanQueue {
+	return workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[rescanReason]{})
+}
+
+// take waits for the next request and returns it with every other one
+// waiting, in the order first asked; false once the queue is shut down.
+// The caller calls done with them after the scan.
+func take(q rescanQueue) ([]rescanReason, bool) {
+	r, shutdown := q.Get()
+	if shutdown {
+		return nil, false
+	}
+	reasons := []rescanReason{r}
+	for q.Len() > 0 {
+		r, shutdown := q.Get()
+		if shutdown {
+			break
+		}
+		reasons = append(reasons, r)
+	}
+	return reasons, true
+}
+
+// done marks the reasons of a scan as served.
+func done(q rescanQueue, reasons []rescanReason) {
+	for _, r := range reasons {
+		q.Done(r)
+	}
+}
+
+// askRescan asks Run for a scan soon, saying why; it never blocks.
+func (p *Plugin) askRescan(reason rescanReason) { p.rescans.Add(reason) }
+
+// Run rescans every interval and whenever a scan is asked for (askRescan:
+// SIGHUP, uevents, the health checks, ...), until ctx ends; it shuts the
+// queue down. It is the one goroutine that scans once
+// the plugin serves: the inventory has one writer. Each scan checks again
+// for another owner of the EFAs unless only uevents or the health
+// interval asked for it.
+func (p *Plugin) Run(ctx context.Context, interval time.Duration) {
 	logger := klog.FromContext(ctx)
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	stop := context.AfterFunc(ctx, p.rescans.ShutDown)
+	defer stop()
+	p.rescans.AddAfter(rescanInterval, interval)
 	var lastErr string
 	for {
-		var reasons []rescanReason
-		select {
-		case <-ctx.Done():
+		reasons, ok := take(p.rescans)
+		if !ok || ctx.Err() != nil {
 			return
-		case <-t.C:
-			reasons = append(p.rescans.take(), rescanInterval)
-		case <-signal:
-			reasons = append(p.rescans.take(), rescanSignal)
-		case <-p.rescans.next():
-			p.rescans.due()
-			continue
-		case <-p.rescans.ready:
-			reasons = p.rescans.take()
-			if len(reasons) == 0 {
-				p.rescans.served()
-				continue
-			}
 		}
 		logger.V(2).Info("Rescanning", "reasons", reasons)
 		if anyRecheck(reasons) {
@@ -171,7 +103,10 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan 
 		// Publish logs what it changed; a scan's errors are logged here
 		// when they change, not again at every scan.
 		_, err := p.Rescan(ctx)
-		p.rescans.served()
+		done(p.rescans, reasons)
+		if slices.Contains(reasons, rescanInterval) {
+			p.rescans.AddAfter(rescanInterval, interval)
+		}
 		switch {
 		case err != nil && err.Error() != lastErr:
 			logger.Error(err, "Rescan failed")
@@ -183,4 +118,56 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration, signal <-chan 
 			lastErr = err.Error()
 		}
 	}
+}
+
+// Rescan reads sysfs again, replaces the inventory with what it found, and
+// publishes only when the devices changed, so a node in a steady state
+// makes no API writes. It reports whether it published. The claims whose
+// EFAs it finds renumbered get their specs corrected, and their status
+// follows the scan. It takes the claim state's lock only for that
+// correction, never while it reads sysfs.
+func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
+	p.scanMu.Lock()
+	start := time.Now()
+	topo, scanErr := topology.Scan(p.sysfs)
+	snap, changes, err := inventory.Build(topo, scanErr, p.pub.Config(), p.inv.Load())
+	efas := 0
+	for _, d := range snap.Devices {
+		if d.EFA != nil {
+			efas++
+		}
+	}
+	p.ops.metrics.ObserveScan(time.Since(start), err, efas)
+	p.inv.Store(snap)
+	p.scanMu.Unlock()
+	// Stored first, then checked: a prepare saves first, then checks
+	// (PrepareResourceClaims), so one of the two sees the other.
+	if p.claims.Renumbered(snap) {
+		if rerr := p.claims.RepairSpecs(ctx); rerr != nil {
+			klog.FromContext(ctx).Error(rerr, "Correcting the CDI specs of renumbered EFAs")
+		}
+	}
+	// The claims' status: health and ports as this scan found them, after
+	// a renumbering is corrected.
+	p.claims.SyncStatus(snap)
+	p.reportHealth(ctx, snap, changes)
+	published, perr := p.Publish(ctx)
+	return published, errors.Join(err, perr)
+}
+
+// Recheck asks the owner check (API reads, so it runs with the periodic
+// rescans, not with the health checks) whether the plugin must stand
+// aside, and makes the inventory say so when the answer changed.
+func (p *Plugin) Recheck(ctx context.Context) {
+	why := p.gate.Decide(ctx)
+	p.scanMu.Lock()
+	defer p.scanMu.Unlock()
+	if cur := p.inv.Load(); cur.StandAside != why {
+		p.inv.Store(cur.WithStandAside(why))
+	}
+}
+
+// Publish publishes the inventory as it is now (see publishing.Publisher).
+func (p *Plugin) Publish(ctx context.Context) (bool, error) {
+	return p.pub.Publish(ctx, p.inv.Load())
 }

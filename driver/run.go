@@ -19,6 +19,7 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/claims"
 	"github.com/efakit/efakit/driver/events"
 	"github.com/efakit/efakit/driver/metrics"
 	"github.com/efakit/efakit/driver/owners"
@@ -35,7 +36,7 @@ import (
 // Start:
 //  1. the sysfs root, the boot ID, the CDI writer, the checkpoint store
 //     and the PodResources client;
-//  2. the Node's Events writer (a goroutine);
+//  2. the Node's Events writer (client-go's broadcaster, its goroutines);
 //  3. the Plugin, which restores the checkpoint;
 //  4. the uevent watch (a goroutine), before the first scan so no change
 //     is missed;
@@ -56,9 +57,10 @@ import (
 // next plugin pod own them), the helper stops (unregisters; calls in
 // flight end), the uevent watch ends (its socket closed, waited for),
 // every other goroutine the run started is waited for (the CDI watch, the
-// claim status writer, the Events writer, the HTTP server's, the
-// DeviceClass read, a withdrawal before a fatal stop), and the
-// PodResources client and the sysfs root close last.
+// claim status writer, the SIGHUP forwarder, the HTTP server's, the
+// DeviceClass read, a withdrawal before a fatal stop), the Events'
+// broadcaster shuts down, and the PodResources client and the sysfs root
+// close last.
 type run struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -159,16 +161,16 @@ func (r *run) serve(o ServeOptions) error {
 		r.onStop(func() { _ = c.Close() })
 		pods = c
 	}
+	// 2. Events on the Node, written beside the scans, never in their way
+	// (client-go's broadcaster, shut down after the goroutines that
+	// record).
+	recorder := events.New(ctx, o.KubeClient, o.Config.NodeName, nil)
+	r.onStop(recorder.Stop)
 	// The goroutines end with the context, which stop cancels first; they
 	// are waited for once the helper, the publisher and the HTTP server
-	// have stopped, before what step 1 opened closes.
+	// have stopped, before the Events' broadcaster and what step 1 opened
+	// close.
 	r.onStop(r.wg.Wait)
-
-	// 2. Events on the Node, written beside the scans, never in their way.
-	recorder := events.New(o.KubeClient, o.Config.NodeName)
-	if recorder != nil {
-		r.spawn(func() { recorder.Run(ctx) })
-	}
 
 	// 3. The Plugin, with every hook it has. Its checks for another owner
 	// read the watches step 4 starts (the Node, the node's slices), so
@@ -191,6 +193,7 @@ func (r *run) serve(o ServeOptions) error {
 	if plugin == nil {
 		return err
 	}
+	r.onStop(plugin.Close)
 	if err != nil {
 		// A corrupt checkpoint: said loudly, and the plugin goes on.
 		logger.Error(err, "Restoring prepared claims failed")
@@ -225,7 +228,7 @@ func (r *run) serve(o ServeOptions) error {
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		kubeletplugin.CDIDirectory(o.CDIRoot),
 		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
-		kubeletplugin.MetadataFileOps(metadataFileOps(o.Sync)),
+		kubeletplugin.MetadataFileOps(claims.MetadataFileOps(o.Sync)),
 		kubeletplugin.GRPCInterceptor(metrics.StampArrival),
 	}
 	if o.PodUID != "" {
@@ -270,7 +273,19 @@ func (r *run) serve(o ServeOptions) error {
 	}
 	logger.Info("Serving", "driver", driverName, "node", o.Config.NodeName, "devices", plugin.DeviceCount())
 	r.spawn(func() { plugin.WatchCDI(ctx, plugin.ops.healthInterval) })
-	plugin.Run(ctx, interval, o.Rescan)
+	if o.Rescan != nil {
+		r.spawn(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-o.Rescan:
+					plugin.askRescan(rescanSignal)
+				}
+			}
+		})
+	}
+	plugin.Run(ctx, interval)
 	return nil
 }
 

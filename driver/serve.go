@@ -28,10 +28,6 @@ type ServeOptions struct {
 	HTTPAddr string
 	// Rescan asks for a scan now (SIGHUP in the daemon).
 	Rescan <-chan struct{}
-	// Uevents opens the source of the kernel's uevents (uevents.Kernel in
-	// the daemon): a device added, removed or bound is rescanned within a
-	// second. nil for none: the periodic rescans only.
-	Uevents func() (uevents.Source, error)
 	// Ready is closed once the plugin is registered and has published.
 	Ready chan<- struct{}
 	// AllowDevicePlugin lets the plugin publish on a node whose capacity
@@ -46,6 +42,17 @@ type ServeOptions struct {
 	// start to say whether the API server kept it. Nothing is read when
 	// Class.ExtendedResourceName is empty.
 	Class resources.ClassOptions
+	// Kernel is what the plugin asks of the kernel beyond sysfs.
+	Kernel
+}
+
+// Kernel is what the plugin asks of the kernel beyond sysfs, each
+// replaceable in tests.
+type Kernel struct {
+	// Uevents opens the source of the kernel's uevents (uevents.Kernel in
+	// the daemon): a device added, removed or bound is rescanned within a
+	// second. nil for none: the periodic rescans only.
+	Uevents func() (uevents.Source, error)
 	// Live answers what sysfs does not hold: the kernel's RDMA namespace
 	// mode. efa.Netlink{} (the default) asks the kernel.
 	Live efa.Live

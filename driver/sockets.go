@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/driver/claims"
 )
 
 // A plugin pod that is killed (SIGKILL, an OOM kill, a node losing power)
@@ -35,11 +37,11 @@ const socketDialTimeout = time.Second
 // socket goes: a pod starting beside this one binds its socket a moment
 // before it listens.
 //
-// Which sockets are this driver's: socketPatterns.
+// Which sockets are this driver's: claims.SocketPatterns.
 func removeStaleSockets(ctx context.Context, registrar, dataDir, driverName string) []string {
 	logger := klog.FromContext(ctx)
 	var candidates []string
-	for _, pattern := range socketPatterns(registrar, dataDir, driverName) {
+	for _, pattern := range claims.SocketPatterns(registrar, dataDir, driverName) {
 		m, _ := filepath.Glob(pattern)
 		candidates = append(candidates, m...)
 	}

@@ -15,14 +15,11 @@ import (
 // TestStartUeventsOpenFails: a source that cannot be opened leaves the
 // plugin without a watch, and stop returns at once.
 func TestStartUeventsOpenFails(t *testing.T) {
-	p := &Plugin{rescans: newRescans()}
+	p := &Plugin{rescans: newRescanQueue()}
+	defer p.Close()
 	p.startUevents(t.Context(), func() (uevents.Source, error) { return nil, errors.New("permission denied") })()
 	p.startUevents(t.Context(), nil)()
-	select {
-	case <-p.rescans.ready:
-		t.Fatal("a rescan asked for without a source")
-	default:
-	}
+	assert.Zero(t, p.rescans.Len(), "a rescan asked for without a source")
 }
 
 // TestKernelUeventKicks: with the kernel's socket, a uevent of a PCI
@@ -34,15 +31,18 @@ func TestKernelUeventKicks(t *testing.T) {
 	if len(files) == 0 || os.Geteuid() != 0 {
 		t.Skip("needs root and a PCI function in /sys to send a uevent")
 	}
-	p := &Plugin{rescans: newRescans()}
+	p := &Plugin{rescans: newRescanQueue()}
+	defer p.Close()
 	stop := p.startUevents(t.Context(), uevents.Kernel)
 	defer stop()
 	if err := os.WriteFile(files[0], []byte("change"), 0); err != nil {
 		t.Skipf("cannot send a uevent through %s: %v", files[0], err)
 	}
+	got := make(chan []rescanReason, 1)
+	go func() { r, _ := take(p.rescans); got <- r }()
 	select {
-	case <-p.rescans.ready:
-		assert.Equal(t, []rescanReason{rescanUevent}, p.rescans.take(), "a uevent's scan reads sysfs only")
+	case r := <-got:
+		assert.Equal(t, []rescanReason{rescanUevent}, r, "a uevent's scan reads sysfs only")
 	case <-time.After(time.Second):
 		t.Fatal("no rescan within a second of a PCI uevent")
 	}

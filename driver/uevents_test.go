@@ -35,7 +35,7 @@ func TestUeventPublishesNewEFA(t *testing.T) {
 
 	src := uevents.NewFake()
 	runDone, watchDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(runDone); p.Run(ctx, time.Hour, nil) }()
+	go func() { defer close(runDone); p.Run(ctx, time.Hour) }()
 	go func() { defer close(watchDone); p.WatchUevents(ctx, src) }()
 	defer func() {
 		cancel()

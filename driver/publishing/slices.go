@@ -51,11 +51,17 @@ type Slices struct {
 	ctrl      *resourceslice.Controller
 	desired   *resourceslice.DriverResources // what the controller publishes
 	withdrawn map[types.UID]bool             // slices Withdraw deleted: not a repair
-	store     cache.Store                    // the watch's slices of the node (Watch)
-	errs      *informerwait.Tracker          // the watch's first list and last error
+	watch     watched                        // the watch's slices of the node (Watch)
 	// repair: own slices deleted or changed by someone else, by name, since
 	// when; logged once when all are back.
 	repair repair
+}
+
+// watched is what Watch's informer holds: the node's slices, and its
+// first list and last error.
+type watched struct {
+	store cache.Store
+	errs  *informerwait.Tracker
 }
 
 // repair is what someone else deleted or changed of the plugin's slices.
@@ -187,7 +193,7 @@ func (s *Slices) Watch(ctx context.Context, foreign func()) (run func()) {
 	// Only fails on a running informer.
 	errs, _ := informerwait.Track(inf)
 	s.mu.Lock()
-	s.store, s.errs = inf.GetStore(), errs
+	s.watch = watched{store: inf.GetStore(), errs: errs}
 	s.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	mine := func(obj any) *resourceapi.ResourceSlice {
@@ -231,7 +237,7 @@ func (s *Slices) Watch(ctx context.Context, foreign func()) (run func()) {
 // Current waits for that until ctx ends, and then says it cannot tell.
 func (s *Slices) Current(ctx context.Context) ([]resourceapi.ResourceSlice, error) {
 	s.mu.Lock()
-	store, errs := s.store, s.errs
+	store, errs := s.watch.store, s.watch.errs
 	s.mu.Unlock()
 	if store == nil {
 		return nil, errors.New("the watch of the node's slices has not started")
@@ -270,7 +276,7 @@ func (s *Slices) noteRepair(prev, cur *resourceapi.ResourceSlice, what string) {
 func (s *Slices) repaired(logger klog.Logger) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.repair.slices) == 0 || s.desired == nil || s.store == nil {
+	if len(s.repair.slices) == 0 || s.desired == nil || s.watch.store == nil {
 		return
 	}
 	want := 0
@@ -278,7 +284,7 @@ func (s *Slices) repaired(logger klog.Logger) {
 		want += len(pool.Slices)
 	}
 	found := map[int]bool{}
-	for _, obj := range s.store.List() {
+	for _, obj := range s.watch.store.List() {
 		sl, ok := obj.(*resourceapi.ResourceSlice)
 		if !ok || !resources.OwnSlice(sl, s.DriverName) {
 			continue

@@ -29,17 +29,24 @@ var Allowed = map[string][]string{
 	// The kubelet plugin's parts, one concern each: operations (metrics,
 	// Events, uevents), publishing and the checks for another owner. None
 	// knows the Plugin; metrics reads EFAs through efa alone.
-	"driver/metrics":    {"efa", "pcie", "sysfs"},
-	"driver/events":     nil,
-	"driver/uevents":    {"host/uevent"},
-	"driver/publishing": {"driver/resources", "internal/informerwait"},
-	"driver/owners":     {"driver/resources", "efa", "internal/informerwait"},
+	"driver/metrics": {"efa", "pcie", "sysfs"},
+	"driver/events":  nil,
+	"driver/uevents": {"host/uevent"},
 	// The prepared claims' status.devices: written by server-side apply,
-	// from entries the Plugin builds; no hardware knowledge of its own.
+	// from entries the claim state builds; no hardware knowledge of its own.
 	"driver/claimstatus": nil,
+	// The inventory: the last scan's snapshot, built from the topology.
+	"driver/inventory": {"driver/resources", "efa", "host", "neuron", "pcie", "sysfs", "topology"},
+	// The parts that own state, each reading the inventory's snapshots:
+	// publishing, the owner check, and the claim state (the one lock a
+	// prepare takes).
+	"driver/publishing": {"driver/events", "driver/inventory", "driver/metrics", "driver/resources", "efa", "host", "internal/informerwait", "neuron", "pcie", "sysfs", "topology"},
+	"driver/owners":     {"driver/events", "driver/metrics", "driver/resources", "efa", "internal/informerwait", "pcie", "sysfs"},
+	"driver/claims": {"cdi", "driver/checkpoint", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics",
+		"driver/podresources", "driver/resources", "efa", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin: an adapter over the parts above.
-	"driver": {"cdi", "driver/checkpoint", "driver/claimstatus", "driver/events", "driver/metrics", "driver/owners", "driver/podresources",
+	"driver": {"cdi", "driver/checkpoint", "driver/claims", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics", "driver/owners", "driver/podresources",
 		"driver/publishing", "driver/resources", "driver/uevents", "efa", "host", "host/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 

@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/events"
+	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/pcie"
@@ -36,13 +37,15 @@ type claimRenumbered struct {
 	Devices              []renumbering
 }
 
-// renumberedSince tells whether an EFA of a prepared claim has, in the
-// inventory of the last scan, another RDMA name or uverbs device than the
-// claim's record. Called with p.mu held.
-func (p *Plugin) renumberedSince() bool {
-	for _, c := range p.claims.state.Claims {
+// Renumbered tells whether an EFA of a prepared claim (as last saved) has,
+// in snap, another RDMA name or uverbs device than the claim's record.
+// It takes no lock: the scanning goroutine asks it after each scan, and
+// the kubelet's call after each prepare, so that whichever of the two
+// comes second sees the other (see RepairSpecs).
+func (s *State) Renumbered(snap *inventory.Snapshot) bool {
+	for _, c := range s.Committed().Claims {
 		for _, d := range c.Devices {
-			inv, ok := p.inv.devices[d.Device]
+			inv, ok := snap.Devices[d.Device]
 			if !ok || inv.EFA == nil {
 				continue // gone, or no uverbs device: health says so
 			}
@@ -54,26 +57,17 @@ func (p *Plugin) renumberedSince() bool {
 	return false
 }
 
-// correctRenumbered corrects the specs of prepared claims after a scan
-// found EFAs renumbered (RepairSpecs: under the helper's lock, from the
-// checkpoint as it is now).
-func (p *Plugin) correctRenumbered(ctx context.Context) {
-	if err := p.RepairSpecs(ctx); err != nil {
-		klog.FromContext(ctx).Error(err, "Correcting the CDI specs of renumbered EFAs")
-	}
-}
-
 // reportRenumbered records, for each claim, an Event on the Node that
 // names its renumbered EFAs and the pods that use the claim (from the
 // kubelet): their containers that started before hold the old numbers.
-func (p *Plugin) reportRenumbered(ctx context.Context, claims []claimRenumbered) {
+func (s *State) reportRenumbered(ctx context.Context, claims []claimRenumbered) {
 	if len(claims) == 0 {
 		return
 	}
 	var pods []podresources.Pod
-	if p.pods != nil {
+	if s.deps.Pods != nil {
 		var err error
-		if pods, err = p.pods.List(ctx); err != nil {
+		if pods, err = s.deps.Pods.List(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Listing the pods that use renumbered EFAs")
 		}
 	}
@@ -88,7 +82,7 @@ func (p *Plugin) reportRenumbered(ctx context.Context, claims []claimRenumbered)
 			who = "pods " + strings.Join(users, ", ")
 		}
 		klog.FromContext(ctx).Info("Pods run with device numbers of a renumbered EFA", "claim", klog.KRef(c.Namespace, c.Name), "pods", users)
-		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonRenumbered, c.UID, fmt.Sprintf(
+		s.deps.Events.Record(corev1.EventTypeWarning, events.ReasonRenumbered, c.UID, fmt.Sprintf(
 			"EFAs of claim %s/%s renumbered (efa or ib_uverbs module reloaded?): %s. Its CDI spec is corrected for containers that start from now on; containers of %s that started before hold the old numbers, which may reach another EFA, until they restart. The old numbers stay held until the claim is unprepared.",
 			c.Namespace, c.Name, strings.Join(moves, "; "), who))
 	}
@@ -118,10 +112,10 @@ type renumbering struct {
 // changed. An EFA that cannot be read keeps its record (and so its
 // numbers stay held): it is reported, not guessed at. A change is saved
 // at once. It returns what was renumbered.
-func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
-	b := p.begin()
-	c, moved, err := p.refreshIn(ctx, b, c)
-	if serr := p.commit(b); serr != nil && err == nil {
+func (s *State) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
+	b := s.begin()
+	c, moved, err := s.refreshIn(ctx, b, c)
+	if serr := s.commit(b); serr != nil && err == nil {
 		err = serr
 	}
 	return c, moved, err
@@ -129,9 +123,9 @@ func (p *Plugin) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Cl
 
 // refreshIn is refresh within a kubelet call's batch: a change is saved
 // with the call's other changes.
-func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
+func (s *State) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
 	logger := klog.FromContext(ctx)
-	r := sysfs.NewReader(p.sysfs)
+	r := sysfs.NewReader(s.files.Sysfs)
 	var moved []renumbering
 	devs := slices.Clone(c.Devices)
 	for i, d := range devs {
@@ -155,19 +149,19 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 		d.RDMAName, d.Uverbs, d.Major, d.Minor = cur.RDMAName, cur.Verbs.Name, cur.Verbs.Major, cur.Verbs.Minor
 		devs[i] = d
 		moved = append(moved, m)
-		p.ops.metrics.Renumbered.Inc()
-		p.askRescan(rescanPrepare)
+		s.deps.Metrics.Renumbered.Inc()
+		s.deps.AskRescan()
 	}
 	changed := len(moved) > 0
 	if changed {
 		c.Devices = devs
-		held := p.held(c.UID)
+		held := s.held(c.UID)
 		for _, d := range c.Devices {
 			for _, h := range held["dev:"+devNumber(d.Major, d.Minor)] {
 				if coShares(h, d.ShareID != "", d.PCIAddress) {
 					continue // another share of the same EFA
 				}
-				o := p.claims.state.Claims[h.uid]
+				o := s.cur.Claims[h.uid]
 				logger.Error(nil, "Containers of two claims hold one device number after a renumbering", "then", "restart the pods of both", "claim", klog.KRef(c.Namespace, c.Name), "other", klog.KRef(o.Namespace, o.Name), "device", d.Uverbs)
 			}
 		}
@@ -181,20 +175,20 @@ func (p *Plugin) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (c
 			c.Env = env
 		}
 	}
-	ok, err := p.claims.cdi.Exists(c.UID)
+	ok, err := s.files.CDI.Exists(c.UID)
 	if err == nil && !ok && len(c.Devices) > 0 {
 		logger.Info("Wrote a lost CDI spec again", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
-		p.ops.metrics.SpecsRestored.Inc()
+		s.deps.Metrics.SpecsRestored.Inc()
 	}
 	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
-		ids, err := p.claims.cdi.Write(c.UID, cdiRequests(c))
+		ids, err := s.files.CDI.Write(c.UID, cdiRequests(c))
 		if err != nil {
 			return c, moved, err
 		}
 		c.CDIDeviceIDs = ids
 	}
 	if changed {
-		p.put(b, c)
+		s.put(b, c)
 	}
 	return c, moved, nil
 }

@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"os"
@@ -50,5 +50,5 @@ func TestHelperInternals(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "dra.net_metadata_0123abcd-0000-4000-8000-000000000000_efa.json", filepath.Base(p))
 	assert.Equal(t, []string{"/r/dra.net-reg.sock", "/r/dra.net-*-reg.sock", "/d/dra.sock", "/d/dra-*.sock"},
-		socketPatterns("/r", "/d", "dra.net"))
+		SocketPatterns("/r", "/d", "dra.net"))
 }

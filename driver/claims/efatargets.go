@@ -1,14 +1,15 @@
-package driver
+package claims
 
 import (
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/driver/metrics"
 )
 
-// efaTargets lists the published EFAs with the claim each is prepared for
+// Targets lists the published EFAs with the claim each is prepared for
 // (the group's claim for a member of a prepared group device). An EFA
 // shared by capacity carries every claim that holds a share of it, each
 // label a comma-separated list in UID order. While the kubelet has yet to
@@ -16,14 +17,11 @@ import (
 // the EFA carries the claim of lower UID. One series per EFA either way,
 // so sums over claims or nodes count its traffic once.
 //
-// It reads the snapshots (Plugin.committed, Plugin.scanned), never
-// Plugin.mu: a scrape does not wait behind a prepare's fsync.
-func (p *Plugin) efaTargets() []metrics.Target {
-	state := p.committed.Load()
-	var devices map[string]inventoryDevice
-	if s := p.scanned.Load(); s != nil {
-		devices = *s
-	}
+// It reads the claim state last saved and the inventory snap, never the
+// lock: a scrape does not wait behind a prepare's fsync.
+func (s *State) Targets(snap *inventory.Snapshot) []metrics.Target {
+	state := s.Committed()
+	devices := snap.Devices
 	type owner struct{ ns, name, uid string }
 	owners := map[string]owner{}   // by PCI address: the claim holding it alone
 	shares := map[string][]owner{} // by PCI address: the claims holding shares

@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"context"
@@ -29,18 +29,18 @@ const repairDelay = 50 * time.Millisecond
 // seen through inotify; every check interval (and when the watch fails,
 // for example because the directory itself was removed) the specs are
 // checked directly, so nothing stays lost longer than that.
-func (p *Plugin) WatchCDI(ctx context.Context, check time.Duration) {
+func (s *State) WatchCDI(ctx context.Context, check time.Duration) {
 	logger := klog.FromContext(ctx)
 	tick := time.NewTicker(check)
 	defer tick.Stop()
-	p.checkStorage(ctx)
+	s.CheckStorage(ctx)
 	for ctx.Err() == nil {
-		w, err := p.watchDir()
+		w, err := s.watchDir()
 		if err != nil {
-			logger.Error(err, "Watching the CDI directory failed", "then", "checking its specs every interval instead", "dir", p.claims.cdi.Dir(), "interval", check)
+			logger.Error(err, "Watching the CDI directory failed", "then", "checking its specs every interval instead", "dir", s.files.CDI.Dir(), "interval", check)
 		}
-		p.repairIfMissing(ctx)
-		p.watchLoop(ctx, w, tick.C)
+		s.repairIfMissing(ctx)
+		s.watchLoop(ctx, w, tick.C)
 		if w != nil {
 			_ = w.Close()
 		}
@@ -48,15 +48,15 @@ func (p *Plugin) WatchCDI(ctx context.Context, check time.Duration) {
 }
 
 // watchDir makes the CDI directory if it is gone and watches it.
-func (p *Plugin) watchDir() (*fsnotify.Watcher, error) {
-	if err := os.MkdirAll(p.claims.cdi.Dir(), 0o755); err != nil {
+func (s *State) watchDir() (*fsnotify.Watcher, error) {
+	if err := os.MkdirAll(s.files.CDI.Dir(), 0o755); err != nil {
 		return nil, err
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Add(p.claims.cdi.Dir()); err != nil {
+	if err := w.Add(s.files.CDI.Dir()); err != nil {
 		_ = w.Close()
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (p *Plugin) watchDir() (*fsnotify.Watcher, error) {
 
 // watchLoop repairs after removals until ctx ends or the watch ends (the
 // directory was removed or moved: the caller watches it anew).
-func (p *Plugin) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan time.Time) {
+func (s *State) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan time.Time) {
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	if w != nil {
@@ -77,20 +77,20 @@ func (p *Plugin) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan
 		case <-ctx.Done():
 			return
 		case <-tick:
-			p.checkStorage(ctx)
-			p.repairIfMissing(ctx)
+			s.CheckStorage(ctx)
+			s.repairIfMissing(ctx)
 			if w == nil {
 				return // try to watch again
 			}
-		case <-p.claims.checkFiles:
-			p.checkStorage(ctx)
+		case <-s.checkFiles:
+			s.CheckStorage(ctx)
 		case <-errs:
 			return
 		case ev, ok := <-events:
 			if !ok {
 				return
 			}
-			if ev.Name == p.claims.cdi.Dir() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+			if ev.Name == s.files.CDI.Dir() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 				return
 			}
 			if ev.Has(fsnotify.Remove|fsnotify.Rename) && delay == nil {
@@ -98,34 +98,33 @@ func (p *Plugin) watchLoop(ctx context.Context, w *fsnotify.Watcher, tick <-chan
 			}
 		case <-delay:
 			delay = nil
-			p.repairIfMissing(ctx)
+			s.repairIfMissing(ctx)
 		}
 	}
 }
 
 // repairIfMissing runs RepairSpecs when a prepared claim lacks a spec.
-func (p *Plugin) repairIfMissing(ctx context.Context) {
-	if !p.specsMissing() {
+func (s *State) repairIfMissing(ctx context.Context) {
+	if !s.specsMissing() {
 		return
 	}
-	if err := p.RepairSpecs(ctx); err != nil {
+	if err := s.RepairSpecs(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Writing lost CDI specs again failed")
 	}
 }
 
 // specsMissing tells whether the spec of a prepared claim, or a
 // device-metadata spec of one, is gone.
-func (p *Plugin) specsMissing() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for uid, c := range p.claims.state.Claims {
+// It reads the state last saved: a claim in a call is checked once saved.
+func (s *State) specsMissing() bool {
+	for uid, c := range s.Committed().Claims {
 		if len(c.Devices) == 0 {
 			continue
 		}
-		if ok, err := p.claims.cdi.Exists(uid); err != nil || !ok {
+		if ok, err := s.files.CDI.Exists(uid); err != nil || !ok {
 			return true
 		}
-		if p.metadataMissing(c) {
+		if s.metadataMissing(c) {
 			return true
 		}
 	}
@@ -138,33 +137,33 @@ func (p *Plugin) specsMissing() bool {
 // beside one. Each spec written again is logged and counted in
 // efakit_plugin_cdi_specs_restored_total; an EFA found renumbered gets its
 // spec corrected (see refresh), and an Event names the claim's pods.
-func (p *Plugin) RepairSpecs(ctx context.Context) error {
-	moved, err := p.repair(ctx)
-	p.reportRenumbered(ctx, moved)
+func (s *State) RepairSpecs(ctx context.Context) error {
+	moved, err := s.repair(ctx)
+	s.reportRenumbered(ctx, moved)
 	return err
 }
 
 // repair is RepairSpecs without the Events: it returns each claim's EFAs
 // that were renumbered.
-func (p *Plugin) repair(ctx context.Context) ([]claimRenumbered, error) {
-	if p.claims.dataDir != "" {
-		unlock, err := lockDataDir(ctx, p.claims.dataDir)
+func (s *State) repair(ctx context.Context) ([]claimRenumbered, error) {
+	if s.files.DataDir != "" {
+		unlock, err := LockDataDir(ctx, s.files.DataDir)
 		if err != nil {
 			return nil, err
 		}
 		defer unlock()
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	// During a rolling update the other plugin pod may have prepared or
 	// unprepared claims since this one last read the checkpoint: restore
 	// from the checkpoint as it is now, or it would remove the specs of
 	// claims it does not know yet.
-	p.reloadState(ctx)
-	errs, moved := p.restoreClaims(ctx, false)
+	s.reloadState(ctx)
+	errs, moved := s.restoreClaims(ctx, false)
 	var out []claimRenumbered
 	for uid, m := range moved {
-		c := p.claims.state.Claims[uid]
+		c := s.cur.Claims[uid]
 		out = append(out, claimRenumbered{UID: uid, Namespace: c.Namespace, Name: c.Name, Devices: m})
 	}
 	slices.SortFunc(out, func(a, b claimRenumbered) int { return strings.Compare(a.UID, b.UID) })

@@ -1,10 +1,9 @@
-package driver
+package claims
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -17,29 +16,29 @@ import (
 	"github.com/efakit/efakit/internal/atomicfile"
 )
 
-// UnprepareResourceClaims forgets each claim and removes its CDI spec. A
+// Unprepare forgets each claim and removes its CDI spec. A
 // claim that is not prepared is not an error: the kubelet may ask twice.
 // The checkpoint is saved once for the call, before any spec is removed: a
 // crash in between leaves specs of no claim, which the next start removes,
 // never a claim the kubelet unprepared whose spec comes back.
-func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (s *State) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	out := make(map[types.UID]error, len(claims))
-	waited := p.ops.metrics.Waited("unprepare", ctx)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.reloadState(ctx)
+	waited := s.deps.Metrics.Waited("unprepare", ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reloadState(ctx)
 	logger := klog.FromContext(ctx)
-	b := p.begin()
+	b := s.begin()
 	took := make([]time.Duration, len(claims))
 	devices := make([][]string, len(claims))
 	for i, c := range claims {
 		start := time.Now()
-		devices[i] = claimDevices(p.claims.state.Claims[string(c.UID)])
-		out[c.UID] = p.forget(b, string(c.UID))
+		devices[i] = claimDevices(s.cur.Claims[string(c.UID)])
+		out[c.UID] = s.forget(b, string(c.UID))
 		took[i] = time.Since(start)
 	}
 	start := time.Now()
-	saveErr := p.commit(b)
+	saveErr := s.commit(b)
 	saved := time.Since(start)
 	for i, c := range claims {
 		start := time.Now()
@@ -49,11 +48,11 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		case saveErr != nil && b.changed[string(c.UID)]:
 			err = saveErr
 		default:
-			err = p.claims.cdi.Remove(string(c.UID))
-			p.ops.status.Forget(c.UID)
+			err = s.files.CDI.Remove(string(c.UID))
+			s.deps.Status.Forget(c.UID)
 		}
 		d := took[i] + saved + time.Since(start)
-		p.ops.metrics.Observe("unprepare", d, err)
+		s.deps.Metrics.Observe("unprepare", d, err)
 		if err != nil {
 			err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 			logger.Error(err, "Unprepare failed", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID, "devices", devices[i], "duration", d, "waited", waited)
@@ -63,7 +62,7 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		}
 		out[c.UID] = err
 	}
-	return out, nil
+	return out
 }
 
 // claimDevices names a prepared claim's EFAs for the log: "published
@@ -82,30 +81,18 @@ func claimDevices(c checkpoint.Claim) []string {
 
 // forget takes a claim out of the call's state; its spec is removed once
 // the state is saved.
-func (p *Plugin) forget(b *batch, uid string) error {
+func (s *State) forget(b *batch, uid string) error {
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return err
 	}
-	if _, ok := p.claims.state.Claims[uid]; ok {
-		delete(p.claims.state.Claims, uid)
+	if _, ok := s.cur.Claims[uid]; ok {
+		delete(s.cur.Claims, uid)
 		b.changed[uid] = true
 	}
 	return nil
 }
 
-// Prepared returns the UIDs of the prepared claims, sorted.
-func (p *Plugin) Prepared() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for uid := range p.claims.state.Claims {
-		out = append(out, uid)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// metadataFileOps are the file operations the kubelet plugin helper writes
+// MetadataFileOps are the file operations the kubelet plugin helper writes
 // each claim's device metadata with (a file in the data directory and a
 // CDI spec, per request): its own, but without its two fsyncs per file,
 // which made a call's fsyncs grow with its claims. These files need none,
@@ -114,7 +101,7 @@ func (p *Plugin) Prepared() []string {
 // plugin's start removes the metadata of every claim of the boot before,
 // which the kubelet prepares again. sync, when set, replaces fsync (there
 // is none; tests count them through it).
-func metadataFileOps(sync func(*os.File) error) kubeletplugin.MetadataFileOperations {
+func MetadataFileOps(sync func(*os.File) error) kubeletplugin.MetadataFileOperations {
 	return kubeletplugin.MetadataFileOperations{WriteFile: func(name string, data []byte, perm os.FileMode) error {
 		return atomicfile.Write(name, data, atomicfile.Options{Perm: perm, Durability: atomicfile.SyncNone, Sync: sync})
 	}}

@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import "path/filepath"
 
@@ -29,13 +29,13 @@ func metadataFile(dataDir, namespace, name, request string) string {
 	return filepath.Join(dataDir, metadataDirName, metadataClaimDir(namespace, name), request, "metadata.json")
 }
 
-// socketPatterns are the sockets of this driver that the helper makes:
+// SocketPatterns are the sockets of this driver that the helper makes:
 // registration sockets in the kubelet's registry directory
 // (<driver>-reg.sock, <driver>-<pod UID or hash>-reg.sock with rolling
 // updates; its shortest form, dra-<hash>-reg.sock, names no driver and is
 // not listed), and DRA sockets in the plugin's own directory (dra.sock,
 // dra-<pod UID>.sock).
-func socketPatterns(registrar, dataDir, driverName string) []string {
+func SocketPatterns(registrar, dataDir, driverName string) []string {
 	return []string{
 		filepath.Join(registrar, driverName+"-reg.sock"),
 		filepath.Join(registrar, driverName+"-*-reg.sock"),

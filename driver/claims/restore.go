@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"bytes"
@@ -20,12 +20,12 @@ import (
 	"github.com/efakit/efakit/driver/checkpoint"
 )
 
-// lockDataDir takes the helper's lock, so that restoring never runs
+// LockDataDir takes the helper's lock, so that restoring never runs
 // beside a prepare or unprepare of the plugin pod that is being replaced.
 // The lock is held only around one call, so the wait is short; when it is
 // not free at once, the plugin says whose lock it waits for, so a start
 // that waits is never silent.
-func lockDataDir(ctx context.Context, dir string) (func(), error) {
+func LockDataDir(ctx context.Context, dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
@@ -63,46 +63,46 @@ func lockDataDir(ctx context.Context, dir string) (func(), error) {
 //     around its calls, so a temporary file or a spec there may be a
 //     prepare's write in flight (its metadata spec is written after the
 //     checkpoint), and removing it failed that prepare.
-func (p *Plugin) restore(ctx context.Context, cleanup bool) []error {
-	errs, _ := p.restoreClaims(ctx, cleanup)
+func (s *State) restore(ctx context.Context, cleanup bool) []error {
+	errs, _ := s.restoreClaims(ctx, cleanup)
 	return errs
 }
 
 // restoreClaims is restore, returning also each claim's EFAs that were
 // renumbered, by claim UID.
-func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[string][]renumbering) {
+func (s *State) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[string][]renumbering) {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	moved := map[string][]renumbering{}
-	uids := make([]string, 0, len(p.claims.state.Claims))
-	for uid := range p.claims.state.Claims {
+	uids := make([]string, 0, len(s.cur.Claims))
+	for uid := range s.cur.Claims {
 		uids = append(uids, uid)
 	}
 	slices.Sort(uids)
 	keep := map[string]bool{}
 	for _, uid := range uids {
-		c := p.claims.state.Claims[uid]
+		c := s.cur.Claims[uid]
 		keep[uid] = true
-		c, m, err := p.refresh(ctx, c)
+		c, m, err := s.refresh(ctx, c)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("claim %s/%s (%s): %w", c.Namespace, c.Name, uid, err))
 		}
 		if len(m) > 0 {
 			moved[uid] = m
 		}
-		errs = append(errs, p.restoreMetadata(ctx, c)...)
+		errs = append(errs, s.restoreMetadata(ctx, c)...)
 	}
 
 	if !cleanup {
 		return errs, moved
 	}
-	files, err := p.claims.cdi.List()
+	files, err := s.files.CDI.List()
 	if err != nil {
 		return append(errs, err), moved
 	}
 	var removed []string
 	remove := func(name string) {
-		if err := p.claims.cdi.RemoveName(name); err != nil {
+		if err := s.files.CDI.RemoveName(name); err != nil {
 			errs = append(errs, err)
 			return
 		}
@@ -113,7 +113,7 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 	}
 	for _, uid := range files.Specs {
 		if !keep[uid] {
-			if path, err := p.claims.cdi.SpecPath(uid); err == nil {
+			if path, err := s.files.CDI.SpecPath(uid); err == nil {
 				remove(filepath.Base(path))
 			}
 		}
@@ -125,8 +125,8 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 			}
 		}
 	}
-	if p.claims.dataDir != "" {
-		removed = append(removed, p.removeDataLeftovers(&errs)...)
+	if s.files.DataDir != "" {
+		removed = append(removed, s.removeDataLeftovers(&errs)...)
 	}
 	if len(removed) > 0 {
 		slices.Sort(removed)
@@ -137,11 +137,11 @@ func (p *Plugin) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[
 
 // metadataRequests lists the requests of a claim, each once, with the
 // helper's metadata file for it in the data directory.
-func (p *Plugin) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
+func (s *State) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
 	for _, d := range c.Devices {
 		if r := baseRequest(d.Request); !slices.Contains(reqs, r) {
 			reqs = append(reqs, r)
-			hosts = append(hosts, metadataFile(p.claims.dataDir, c.Namespace, c.Name, r))
+			hosts = append(hosts, metadataFile(s.files.DataDir, c.Namespace, c.Name, r))
 		}
 	}
 	return reqs, hosts
@@ -149,16 +149,16 @@ func (p *Plugin) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
 
 // metadataMissing tells whether a request of the claim has its metadata
 // file in the data directory but no metadata spec.
-func (p *Plugin) metadataMissing(c checkpoint.Claim) bool {
-	if p.claims.dataDir == "" {
+func (s *State) metadataMissing(c checkpoint.Claim) bool {
+	if s.files.DataDir == "" {
 		return false
 	}
-	reqs, hosts := p.metadataRequests(c)
+	reqs, hosts := s.metadataRequests(c)
 	for i, req := range reqs {
 		if _, err := os.Stat(hosts[i]); err != nil {
 			continue
 		}
-		if ok, err := p.claims.cdi.MetadataExists(c.UID, req); err != nil || !ok {
+		if ok, err := s.files.CDI.MetadataExists(c.UID, req); err != nil || !ok {
 			return true
 		}
 	}
@@ -167,12 +167,12 @@ func (p *Plugin) metadataMissing(c checkpoint.Claim) bool {
 
 // restoreMetadata writes again the metadata spec of each request of a
 // claim whose metadata file the helper left in the data directory.
-func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []error {
-	if p.claims.dataDir == "" {
+func (s *State) restoreMetadata(ctx context.Context, c checkpoint.Claim) []error {
+	if s.files.DataDir == "" {
 		return nil
 	}
 	var errs []error
-	reqs, hosts := p.metadataRequests(c)
+	reqs, hosts := s.metadataRequests(c)
 	for i, req := range reqs {
 		host := hosts[i]
 		data, err := os.ReadFile(host)
@@ -183,21 +183,21 @@ func (p *Plugin) restoreMetadata(ctx context.Context, c checkpoint.Claim) []erro
 			errs = append(errs, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err))
 			continue
 		}
-		if ok, err := p.claims.cdi.MetadataExists(c.UID, req); err != nil || ok {
+		if ok, err := s.files.CDI.MetadataExists(c.UID, req); err != nil || ok {
 			if err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		ctr := metadata.ResourceClaimFilePath(p.cfg.Driver(), c.Name, req)
+		ctr := metadata.ResourceClaimFilePath(s.node.Driver, c.Name, req)
 		if pc := podClaimName(data); pc != "" {
-			ctr = metadata.ResourceClaimTemplateFilePath(p.cfg.Driver(), pc, req)
+			ctr = metadata.ResourceClaimTemplateFilePath(s.node.Driver, pc, req)
 		}
-		if _, err := p.claims.cdi.WriteMetadata(c.UID, req, host, ctr); err != nil {
+		if _, err := s.files.CDI.WriteMetadata(c.UID, req, host, ctr); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		p.ops.metrics.SpecsRestored.Inc()
+		s.deps.Metrics.SpecsRestored.Inc()
 		klog.FromContext(ctx).Info("Wrote a lost device-metadata CDI spec again", "claim", klog.KRef(c.Namespace, c.Name), "request", req)
 	}
 	return errs
@@ -218,16 +218,16 @@ func podClaimName(data []byte) string {
 
 // removeDataLeftovers removes the checkpoint's temporary files and the
 // metadata directories of claims the checkpoint does not hold.
-func (p *Plugin) removeDataLeftovers(errs *[]error) []string {
+func (s *State) removeDataLeftovers(errs *[]error) []string {
 	var removed []string
-	ents, err := os.ReadDir(p.claims.dataDir)
+	ents, err := os.ReadDir(s.files.DataDir)
 	if err != nil {
 		*errs = append(*errs, err)
 		return nil
 	}
 	for _, e := range ents {
 		if n := e.Name(); strings.HasPrefix(n, "."+checkpoint.FileName+".") && strings.HasSuffix(n, ".tmp") {
-			if err := os.Remove(filepath.Join(p.claims.dataDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := os.Remove(filepath.Join(s.files.DataDir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				*errs = append(*errs, err)
 				continue
 			}
@@ -235,10 +235,10 @@ func (p *Plugin) removeDataLeftovers(errs *[]error) []string {
 		}
 	}
 	keep := map[string]bool{}
-	for _, c := range p.claims.state.Claims {
+	for _, c := range s.cur.Claims {
 		keep[metadataClaimDir(c.Namespace, c.Name)] = true
 	}
-	dir := filepath.Join(p.claims.dataDir, metadataDirName)
+	dir := filepath.Join(s.files.DataDir, metadataDirName)
 	ents, err = os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"context"
@@ -49,11 +49,11 @@ func dirProblem(dir string) string {
 	return ""
 }
 
-// checkStorage checks the CDI and plugin directories and remembers why
+// CheckStorage checks the CDI and plugin directories and remembers why
 // they cannot be written; a change is logged, counted and recorded as an
 // Event once.
-func (p *Plugin) checkStorage(ctx context.Context) {
-	dirs := []struct{ label, path string }{{"cdi", p.claims.cdi.Dir()}, {"data", p.claims.dataDir}}
+func (s *State) CheckStorage(ctx context.Context) {
+	dirs := []struct{ label, path string }{{"cdi", s.files.CDI.Dir()}, {"data", s.files.DataDir}}
 	var problems []string
 	for _, d := range dirs {
 		if d.path == "" {
@@ -65,11 +65,11 @@ func (p *Plugin) checkStorage(ctx context.Context) {
 			ok = 0
 			problems = append(problems, why)
 		}
-		p.ops.metrics.StorageWritable.WithLabelValues(d.label).Set(ok)
+		s.deps.Metrics.StorageWritable.WithLabelValues(d.label).Set(ok)
 	}
 	now := strings.Join(problems, "; ")
 	was := ""
-	if old := p.claims.storage.Swap(&now); old != nil {
+	if old := s.storage.Swap(&now); old != nil {
 		was = *old
 	}
 	if now == was {
@@ -78,17 +78,17 @@ func (p *Plugin) checkStorage(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	if now != "" {
 		logger.Error(errors.New(now), "Prepares fail until the plugin can write its files again")
-		p.ops.events.Record(corev1.EventTypeWarning, events.ReasonStorage, "", "efakit cannot prepare EFAs on this node: "+now)
+		s.deps.Events.Record(corev1.EventTypeWarning, events.ReasonStorage, "", "efakit cannot prepare EFAs on this node: "+now)
 		return
 	}
 	logger.Info("The plugin can write its files again", "was", was)
-	p.ops.events.Record(corev1.EventTypeNormal, events.ReasonStorage, "", "efakit can prepare EFAs on this node again; before, "+was)
+	s.deps.Events.Record(corev1.EventTypeNormal, events.ReasonStorage, "", "efakit can prepare EFAs on this node again; before, "+was)
 }
 
 // StorageProblem is why the plugin cannot write its files ("" when it
 // can), from the last check.
-func (p *Plugin) StorageProblem() string {
-	if why := p.claims.storage.Load(); why != nil {
+func (s *State) StorageProblem() string {
+	if why := s.storage.Load(); why != nil {
 		return *why
 	}
 	return ""

@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"cmp"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -51,7 +52,7 @@ func devNumber(major, minor uint32) string { return fmt.Sprintf("%d:%d", major, 
 
 // batch gathers the changes a kubelet call makes to the checkpoint, so
 // that the call saves it once (one fsync), however many claims it holds.
-// Between begin and commit, p.claims.state is the call's own copy: each claim
+// Between begin and commit, s.cur is the call's own copy: each claim
 // sees those prepared or unprepared before it in the call.
 type batch struct {
 	base    *checkpoint.State // the state before the call, kept if the save fails
@@ -60,48 +61,41 @@ type batch struct {
 }
 
 // begin starts a batch.
-func (p *Plugin) begin() *batch {
-	b := &batch{base: p.claims.state, changed: map[string]bool{}}
-	p.claims.state = cloneState(p.claims.state)
+func (s *State) begin() *batch {
+	b := &batch{base: s.cur, changed: map[string]bool{}}
+	s.cur = cloneState(s.cur)
 	return b
 }
 
 // put records a prepared claim in the call's state.
-func (p *Plugin) put(b *batch, c checkpoint.Claim) {
-	p.claims.state.Claims[c.UID] = c
+func (s *State) put(b *batch, c checkpoint.Claim) {
+	s.cur.Claims[c.UID] = c
 	b.changed[c.UID] = true
 }
 
 // commit saves the call's state if it changed. When the save fails, the
 // state before the call stands and the specs of the claims the call
 // recorded are removed again: not recorded, so not prepared.
-func (p *Plugin) commit(b *batch) error {
+func (s *State) commit(b *batch) error {
 	if len(b.changed) == 0 {
 		// The State the checkpoint Store remembers: the next call's
 		// Reload need not read the file.
-		p.setState(b.base)
+		s.setState(b.base)
 		return nil
 	}
-	if err := p.claims.store.Save(p.claims.state); err != nil {
-		p.setState(b.base)
+	if err := s.files.Store.Save(s.cur); err != nil {
+		s.setState(b.base)
 		for _, uid := range b.added {
-			_ = p.claims.cdi.Remove(uid)
+			_ = s.files.CDI.Remove(uid)
 		}
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	p.setState(p.claims.state)
+	s.setState(s.cur)
 	return nil
 }
 
-// setState makes st the claim state, saved or loaded: the one the
-// lock-free readers see (Plugin.committed). A batch's own copy is never
-// set here, so they never see a claim before its save.
-func (p *Plugin) setState(st *checkpoint.State) {
-	p.claims.state = st
-	p.committed.Store(st)
-}
-
-// PrepareResourceClaims prepares each claim: a CDI spec holding only its
+// Prepare prepares each claim, deciding on snap (the inventory the
+// caller read as the call began): a CDI spec holding only its
 // EFAs' uverbs nodes (numbers read from sysfs now) and, where its
 // configuration asks for it, the libfabric environment; recorded in the
 // checkpoint before success is reported, all claims of the call in one
@@ -109,9 +103,9 @@ func (p *Plugin) setState(st *checkpoint.State) {
 // share it) gets the same devices again, checked against its allocation
 // and against sysfs. The time observed for a claim is its own work and the
 // call's save.
-func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+func (s *State) Prepare(ctx context.Context, snap *inventory.Snapshot, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	waited := p.ops.metrics.Waited("prepare", ctx)
+	waited := s.deps.Metrics.Waited("prepare", ctx)
 	call := make(map[string]*resourceapi.ResourceClaim, len(claims))
 	for _, c := range claims {
 		call[c.Namespace+"/"+c.Name] = c
@@ -121,25 +115,25 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// the helper serializes the kubelet's calls across both pods of a
 	// rolling update, so no other prepare or unprepare changes it before
 	// the decisions.
-	p.mu.Lock()
-	p.reloadState(ctx)
-	holders, pods := p.toRead(claims, call)
-	p.mu.Unlock()
-	rd := p.read(ctx, holders, pods)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	s.mu.Lock()
+	s.reloadState(ctx)
+	holders, pods := s.toRead(snap, claims, call)
+	s.mu.Unlock()
+	rd := s.read(ctx, holders, pods)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	logger := klog.FromContext(ctx)
-	b := p.begin()
+	b := s.begin()
 	took := make([]time.Duration, len(claims))
 	for i, c := range claims {
 		start := time.Now()
-		res, err := p.prepare(ctx, b, c, call, rd)
+		res, err := s.prepare(ctx, snap, b, c, call, rd)
 		took[i] = time.Since(start)
 		res.Err = err
 		out[c.UID] = res
 	}
 	start := time.Now()
-	saveErr := p.commit(b)
+	saveErr := s.commit(b)
 	saved := time.Since(start)
 	for i, c := range claims {
 		res := out[c.UID]
@@ -149,10 +143,10 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if res.Err != nil {
 			if e := storageError(res.Err); e != res.Err {
 				res.Err = e
-				p.kickStorageCheck()
+				s.kickStorageCheck()
 			}
 		}
-		p.ops.metrics.Observe("prepare", took[i]+saved, res.Err)
+		s.deps.Metrics.Observe("prepare", took[i]+saved, res.Err)
 		// One line per claim at the default verbosity: which claim got
 		// which EFAs (published and RDMA names), how long it took, and
 		// how long the kubelet's call waited before (the helper's claim
@@ -161,14 +155,14 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			res.Err = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, res.Err)
 			logger.Error(res.Err, "Prepare failed", "claim", klog.KObj(c), "uid", c.UID, "duration", took[i]+saved, "waited", waited)
 		} else {
-			prepared := p.claims.state.Claims[string(c.UID)]
+			prepared := s.cur.Claims[string(c.UID)]
 			logger.Info("Prepared claim", "claim", klog.KObj(c), "uid", c.UID, "devices", claimDevices(prepared), "duration", took[i]+saved, "waited", waited)
 			// Written by the status writer, off this path.
-			p.setStatus(prepared, c.Status.Devices)
+			s.setStatus(snap, prepared, c.Status.Devices)
 		}
 		out[c.UID] = res
 	}
-	return out, nil
+	return out
 }
 
 // wanted is one EFA a claim's allocation gives: its request, for a member
@@ -182,19 +176,19 @@ type wanted struct {
 
 // allocated lists the EFAs of this node that the claim's allocation holds,
 // group devices expanded into their members, in allocation order.
-func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
+func (s *State) allocated(snap *inventory.Snapshot, c *resourceapi.ResourceClaim) ([]wanted, error) {
 	if c.Status.Allocation == nil {
 		return nil, errors.New("not allocated")
 	}
 	var out []wanted
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != p.cfg.Driver() {
+		if r.Driver != s.node.Driver {
 			continue
 		}
-		if r.Pool != p.cfg.NodeName {
-			return nil, fmt.Errorf("device %s is in pool %s, this node's pool is %s", r.Device, r.Pool, p.cfg.NodeName)
+		if r.Pool != s.node.Name {
+			return nil, fmt.Errorf("device %s is in pool %s, this node's pool is %s", r.Device, r.Pool, s.node.Name)
 		}
-		if members, ok := p.inv.groups[r.Device]; ok {
+		if members, ok := snap.Groups[r.Device]; ok {
 			for _, m := range members {
 				out = append(out, wanted{Request: r.Request, Device: m, Group: r.Device})
 			}
@@ -212,26 +206,26 @@ func (p *Plugin) allocated(c *resourceapi.ResourceClaim) ([]wanted, error) {
 	return out, nil
 }
 
-func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (kubeletplugin.PrepareResult, error) {
+func (s *State) prepare(ctx context.Context, snap *inventory.Snapshot, b *batch, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (kubeletplugin.PrepareResult, error) {
 	uid := string(c.UID)
 	if err := cdi.ValidateClaimUID(uid); err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	want, err := p.allocated(c)
+	want, err := s.allocated(snap, c)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	if prev, ok := p.claims.state.Claims[uid]; ok {
-		return p.prepareAgain(ctx, b, prev, want)
+	if prev, ok := s.cur.Claims[uid]; ok {
+		return s.prepareAgain(ctx, snap, b, prev, want)
 	}
-	if p.publishing.blocked != "" {
-		return kubeletplugin.PrepareResult{}, errors.New(p.publishing.blocked)
+	if snap.StandAside != "" {
+		return kubeletplugin.PrepareResult{}, errors.New(snap.StandAside)
 	}
-	held := p.held("")
+	held := s.held("")
 	claim := checkpoint.Claim{UID: uid, Namespace: c.Namespace, Name: c.Name}
-	r := sysfs.NewReader(p.sysfs)
+	r := sysfs.NewReader(s.files.Sysfs)
 	for _, w := range want {
-		inv, ok := p.inv.devices[w.Device]
+		inv, ok := snap.Devices[w.Device]
 		if !ok || inv.Uverbs == "" {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is not on this node (or has no uverbs device)", w.Device)
 		}
@@ -250,51 +244,51 @@ func (p *Plugin) prepare(ctx context.Context, b *batch, c *resourceapi.ResourceC
 			how := ""
 			if shared {
 				how = " alone: it cannot be shared"
-			} else if p.holdsShare(other, inv.PCIAddress) {
+			} else if s.holdsShare(other, inv.PCIAddress) {
 				how = " as a share: a claim that holds it alone must wait until every share is unprepared"
 			}
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s%s", w.Device, p.describeClaim(other, rd), how)
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s%s", w.Device, s.describeClaim(other, rd), how)
 		}
 		if other, ok := blocking(held["dev:"+num], shared, inv.PCIAddress, rd.released); ok {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, p.describeClaim(other, rd))
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, s.describeClaim(other, rd))
 		}
 		me := holder{uid: uid, shared: shared, pci: inv.PCIAddress}
 		held["pci:"+inv.PCIAddress] = append(held["pci:"+inv.PCIAddress], me)
 		held["dev:"+num] = append(held["dev:"+num], me)
 		if cur.RDMAName != inv.RDMAName || cur.Verbs.Name != inv.Uverbs {
-			p.askRescan(rescanPrepare)
+			s.deps.AskRescan()
 		}
 		claim.Devices = append(claim.Devices, checkpoint.PreparedDevice{
-			Request: w.Request, Pool: p.cfg.NodeName, Device: w.Device, RDMAName: cur.RDMAName, Uverbs: cur.Verbs.Name,
+			Request: w.Request, Pool: s.node.Name, Device: w.Device, RDMAName: cur.RDMAName, Uverbs: cur.Verbs.Name,
 			PCIAddress: inv.PCIAddress, Major: cur.Verbs.Major, Minor: cur.Verbs.Minor, Group: w.Group,
 			ShareID: w.ShareID, Shares: w.Shares,
 		})
 	}
-	env, err := p.environment(c, claim, call, rd)
+	env, err := s.environment(c, claim, call, rd)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
 	claim.Env = env
-	if classes := p.extendedClasses(c); len(classes) > 0 {
+	if classes := s.extendedClasses(c); len(classes) > 0 {
 		claim.ExtendedClasses = classes
 	}
 	if len(claim.Devices) > 0 {
-		ids, err := p.claims.cdi.Write(uid, cdiRequests(claim))
+		ids, err := s.files.CDI.Write(uid, cdiRequests(claim))
 		if err != nil {
 			return kubeletplugin.PrepareResult{}, err
 		}
 		claim.CDIDeviceIDs = ids
 	}
-	p.put(b, claim)
+	s.put(b, claim)
 	b.added = append(b.added, uid)
-	return p.result(claim), nil
+	return s.result(snap, claim), nil
 }
 
 // prepareAgain answers a prepare of a claim prepared already: the same
 // devices, provided the claim's allocation still names them, with the
 // device numbers checked against sysfs and the spec written again if it
 // was lost or the numbers changed.
-func (p *Plugin) prepareAgain(ctx context.Context, b *batch, prev checkpoint.Claim, want []wanted) (kubeletplugin.PrepareResult, error) {
+func (s *State) prepareAgain(ctx context.Context, snap *inventory.Snapshot, b *batch, prev checkpoint.Claim, want []wanted) (kubeletplugin.PrepareResult, error) {
 	var had []wanted
 	for _, d := range prev.Devices {
 		had = append(had, wanted{Request: d.Request, Device: d.Device, Group: d.Group, ShareID: d.ShareID, Shares: d.Shares})
@@ -308,11 +302,11 @@ func (p *Plugin) prepareAgain(ctx context.Context, b *batch, prev checkpoint.Cla
 	if !slices.Equal(sorted(had), sorted(want)) {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("prepared for %s, but now allocated %s: unprepare it first", describe(had), describe(want))
 	}
-	claim, _, err := p.refreshIn(ctx, b, prev)
+	claim, _, err := s.refreshIn(ctx, b, prev)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
-	return p.result(claim), nil
+	return s.result(snap, claim), nil
 }
 
 func describe(ws []wanted) string {
@@ -337,13 +331,13 @@ func describe(ws []wanted) string {
 // since this one loaded it. Unchanged since this plugin last read or wrote
 // it (one stat tells), it is not read. On a read error the state in memory
 // stands.
-func (p *Plugin) reloadState(ctx context.Context) {
-	st, err := p.claims.store.Reload(p.claims.bootID, p.claims.state)
+func (s *State) reloadState(ctx context.Context) {
+	st, err := s.files.Store.Reload(s.files.BootID, s.cur)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Reading the checkpoint again failed", "then", "going on with the state in memory")
 		return
 	}
-	p.setState(st)
+	s.setState(st)
 }
 
 func cloneState(s *checkpoint.State) *checkpoint.State {
@@ -357,7 +351,7 @@ func cloneState(s *checkpoint.State) *checkpoint.State {
 // result is the kubelet's answer for a prepared claim: each EFA with the
 // CDI device of its request, and its published attributes as device
 // metadata, so a container can read which EFAs it was given.
-func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
+func (s *State) result(snap *inventory.Snapshot, c checkpoint.Claim) kubeletplugin.PrepareResult {
 	var devs []kubeletplugin.Device
 	seen := map[string]bool{}
 	for _, d := range c.Devices {
@@ -372,14 +366,14 @@ func (p *Plugin) result(c checkpoint.Claim) kubeletplugin.PrepareResult {
 		}
 		seen[name+"/"+d.ShareID] = true
 		dev := kubeletplugin.Device{
-			Requests: []string{d.Request}, PoolName: p.cfg.NodeName, DeviceName: name,
+			Requests: []string{d.Request}, PoolName: s.node.Name, DeviceName: name,
 			CDIDeviceIDs: []string{c.CDIDeviceIDs[baseRequest(d.Request)]},
 		}
 		if d.ShareID != "" {
 			share := types.UID(d.ShareID)
 			dev.ShareID = &share
 		}
-		if inv, ok := p.inv.devices[name]; ok {
+		if inv, ok := snap.Devices[name]; ok {
 			dev.Metadata = &kubeletplugin.DeviceMetadata{Attributes: metadataAttributes(inv.Attributes)}
 		}
 		devs = append(devs, dev)

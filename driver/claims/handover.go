@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 // describeClaim names a prepared claim for a refusal: namespace/name, its
 // UID, and the pods that use it where the kubelet said (the call's reads).
-func (p *Plugin) describeClaim(uid string, rd *callReads) string {
-	c, ok := p.claims.state.Claims[uid]
+func (s *State) describeClaim(uid string, rd *callReads) string {
+	c, ok := s.cur.Claims[uid]
 	if !ok {
 		return uid
 	}
@@ -34,9 +34,9 @@ type holder struct {
 // out the claim except: "pci:<address>" for each EFA and
 // "dev:<major>:<minor>" for each device number its containers may hold,
 // stale ones included.
-func (p *Plugin) held(except string) map[string][]holder {
+func (s *State) held(except string) map[string][]holder {
 	out := map[string][]holder{}
-	for uid, c := range p.claims.state.Claims {
+	for uid, c := range s.cur.Claims {
 		if uid == except {
 			continue
 		}
@@ -54,8 +54,8 @@ func (p *Plugin) held(except string) map[string][]holder {
 
 // holdsShare tells whether the prepared claim uid holds the EFA at pci as
 // a share.
-func (p *Plugin) holdsShare(uid, pci string) bool {
-	for _, d := range p.claims.state.Claims[uid].Devices {
+func (s *State) holdsShare(uid, pci string) bool {
+	for _, d := range s.cur.Claims[uid].Devices {
 		if d.PCIAddress == pci && d.ShareID != "" {
 			return true
 		}
@@ -105,14 +105,14 @@ func coShares(h holder, shared bool, pci string) bool {
 // Without an API client, or when the API cannot tell, the claim holds its
 // EFAs (the prepare is refused, and the kubelet retries). It runs before
 // the call takes the plugin's lock (callReads).
-func (p *Plugin) readClaim(ctx context.Context, prev checkpoint.Claim) bool {
-	if p.kube == nil {
+func (s *State) readClaim(ctx context.Context, prev checkpoint.Claim) bool {
+	if s.deps.Kube == nil {
 		return false
 	}
 	uid := prev.UID
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cur, err := p.kube.ResourceV1().ResourceClaims(prev.Namespace).Get(ctx, prev.Name, metav1.GetOptions{})
+	cur, err := s.deps.Kube.ResourceV1().ResourceClaims(prev.Namespace).Get(ctx, prev.Name, metav1.GetOptions{})
 	var why string
 	switch {
 	case apierrors.IsNotFound(err):
@@ -130,7 +130,7 @@ func (p *Plugin) readClaim(ctx context.Context, prev checkpoint.Claim) bool {
 		}
 		why = "the claim is allocated other devices"
 		for _, r := range cur.Status.Allocation.Devices.Results {
-			if r.Driver == p.cfg.Driver() && r.Pool == p.cfg.NodeName && holds[r.Device] {
+			if r.Driver == s.node.Driver && r.Pool == s.node.Name && holds[r.Device] {
 				why = ""
 			}
 		}

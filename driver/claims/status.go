@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"strings"
@@ -7,10 +7,10 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/claimstatus"
+	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/efa"
 )
 
@@ -20,8 +20,8 @@ import (
 // it, and data naming the EFA as the container gets it.
 
 // statusOf is the entries a prepared claim should have now, from its
-// record and the last scan. Called with p.mu held.
-func (p *Plugin) statusOf(c checkpoint.Claim) claimstatus.Claim {
+// record and the scan of snap.
+func statusOf(c checkpoint.Claim, snap *inventory.Snapshot) claimstatus.Claim {
 	out := claimstatus.Claim{Namespace: c.Namespace, Name: c.Name, UID: types.UID(c.UID)}
 	index := map[string]int{} // allocated device/share -> its entry
 	for _, d := range c.Devices {
@@ -38,12 +38,12 @@ func (p *Plugin) statusOf(c checkpoint.Claim) claimstatus.Claim {
 			out.Devices = append(out.Devices, claimstatus.Device{Device: name, ShareID: d.ShareID,
 				Conditions: []claimstatus.Condition{
 					{Type: claimstatus.TypeReady, Status: metav1.ConditionTrue, Reason: "Prepared", Message: "CDI device " + cdiID + " written"},
-					p.healthCondition(name),
+					healthCondition(snap, name),
 				},
 				Data: &claimstatus.EFAData{Request: d.Request, CDIDevice: cdiID}})
 		}
 		data := out.Devices[i].Data.(*claimstatus.EFAData)
-		efaData := p.efaData(d)
+		efaData := efaData(snap, d)
 		if d.Group != "" {
 			data.Members = append(data.Members, efaData)
 			continue
@@ -56,10 +56,10 @@ func (p *Plugin) statusOf(c checkpoint.Claim) claimstatus.Claim {
 
 // efaData is what a claim's entry says of one of its EFAs: its record (as
 // the container got it) and its port as the last scan read it.
-func (p *Plugin) efaData(d checkpoint.PreparedDevice) claimstatus.EFAData {
+func efaData(snap *inventory.Snapshot, d checkpoint.PreparedDevice) claimstatus.EFAData {
 	out := claimstatus.EFAData{RDMADevice: d.RDMAName, UverbsDevice: d.Uverbs, UverbsNode: (&efa.Verbs{Name: d.Uverbs}).DevicePath(),
 		DeviceNumber: devNumber(d.Major, d.Minor), PCIAddress: d.PCIAddress}
-	if inv, ok := p.inv.devices[d.Device]; ok && inv.EFA != nil && len(inv.EFA.Ports) > 0 {
+	if inv, ok := snap.Devices[d.Device]; ok && inv.EFA != nil && len(inv.EFA.Ports) > 0 {
 		port := inv.EFA.Ports[0]
 		out.GID, out.LinkRateGbps, out.PortState = port.GID, port.RateGbps, port.State
 	}
@@ -67,25 +67,19 @@ func (p *Plugin) efaData(d checkpoint.PreparedDevice) claimstatus.EFAData {
 }
 
 // healthCondition is a device's Healthy condition from the last scan.
-func (p *Plugin) healthCondition(name string) claimstatus.Condition {
-	h, ok := p.inv.health[name]
+func healthCondition(snap *inventory.Snapshot, name string) claimstatus.Condition {
+	h, ok := snap.Health[name]
 	switch {
 	case !ok:
 		return claimstatus.Condition{Type: claimstatus.TypeHealthy, Status: metav1.ConditionUnknown, Reason: "NotChecked", Message: "no scan has found the device yet"}
-	case h.status == kubeletplugin.HealthStatusUnhealthy:
-		return claimstatus.Condition{Type: claimstatus.TypeHealthy, Status: metav1.ConditionFalse, Reason: camelCase(h.reason), Message: h.message}
+	case h.Unhealthy:
+		return claimstatus.Condition{Type: claimstatus.TypeHealthy, Status: metav1.ConditionFalse, Reason: camelCase(h.Reason), Message: h.Message}
 	}
 	msg := "port ACTIVE, uverbs device present, bound to efa"
-	if p.isGroupLocked(name) {
+	if snap.IsGroup(name) {
 		msg = "every member healthy"
 	}
 	return claimstatus.Condition{Type: claimstatus.TypeHealthy, Status: metav1.ConditionTrue, Reason: "Healthy", Message: msg}
-}
-
-// isGroupLocked is isGroup with p.mu held.
-func (p *Plugin) isGroupLocked(name string) bool {
-	_, ok := p.inv.healthMembers[name]
-	return ok
 }
 
 // camelCase turns a taint value ("port-not-active") into a condition
@@ -105,28 +99,28 @@ func camelCase(s string) string {
 
 // setStatus hands a prepared claim's entries to the status writer, with
 // its status.devices as the kubelet read it (seen: their transition
-// times are kept). Called with p.mu held; never waits on the API.
-func (p *Plugin) setStatus(c checkpoint.Claim, seen []resourceapi.AllocatedDeviceStatus) {
-	if p.ops.status == nil {
+// times are kept). It never waits on the API.
+func (s *State) setStatus(snap *inventory.Snapshot, c checkpoint.Claim, seen []resourceapi.AllocatedDeviceStatus) {
+	if s.deps.Status == nil {
 		return
 	}
-	p.ops.status.Set(p.statusOf(c), append([]resourceapi.AllocatedDeviceStatus{}, seen...))
+	s.deps.Status.Set(statusOf(c, snap), append([]resourceapi.AllocatedDeviceStatus{}, seen...))
 }
 
-// syncStatus hands the status writer every prepared claim whose entries
-// changed since it was last given them: after a scan, a health change, a
-// renumbered EFA, or at start for the claims restored from the
-// checkpoint (whose entries the writer reads from the API first). Called
-// with p.mu held.
-func (p *Plugin) syncStatus() {
-	if p.ops.status == nil {
+// SyncStatus hands the status writer every prepared claim (as last saved)
+// whose entries changed since it was last given them: after a scan, a
+// health change, a renumbered EFA, or at start for the claims restored
+// from the checkpoint (whose entries the writer reads from the API
+// first). It takes no lock.
+func (s *State) SyncStatus(snap *inventory.Snapshot) {
+	if s.deps.Status == nil {
 		return
 	}
-	for _, c := range p.claims.state.Claims {
-		want := p.statusOf(c)
-		if had, ok := p.ops.status.Wanted(want.UID); ok && apiequality.Semantic.DeepEqual(had, want) {
+	for _, c := range s.Committed().Claims {
+		want := statusOf(c, snap)
+		if had, ok := s.deps.Status.Wanted(want.UID); ok && apiequality.Semantic.DeepEqual(had, want) {
 			continue
 		}
-		p.ops.status.Set(want, nil)
+		s.deps.Status.Set(want, nil)
 	}
 }

@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"errors"
@@ -36,12 +36,12 @@ import (
 // claim (in this call or prepared already) has it, since the mix is wrong
 // whichever of the two is prepared second. With no libfabric environment
 // anywhere, the kubelet is not asked.
-func (p *Plugin) environment(c *resourceapi.ResourceClaim, claim checkpoint.Claim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (map[string][]string, error) {
-	on, check, err := p.envInPlay(c, call)
+func (s *State) environment(c *resourceapi.ResourceClaim, claim checkpoint.Claim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (map[string][]string, error) {
+	on, check, err := s.envInPlay(c, call)
 	if err != nil || !check {
 		return nil, err
 	}
-	if err := p.checkContainers(c, len(on) > 0, call, rd); err != nil {
+	if err := s.checkContainers(c, len(on) > 0, call, rd); err != nil {
 		return nil, err
 	}
 	if len(on) == 0 {
@@ -58,8 +58,8 @@ func (p *Plugin) environment(c *resourceapi.ResourceClaim, claim checkpoint.Clai
 // envInPlay says which requests of the claim set the libfabric
 // environment (by base request) and whether the containers must be
 // checked: the claim sets it, or another claim does (envElsewhere).
-func (p *Plugin) envInPlay(c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (on map[string]bool, check bool, err error) {
-	envs, err := requestEnvs(c.Status.Allocation, p.cfg.Driver(), p.requestRefs(c))
+func (s *State) envInPlay(c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (on map[string]bool, check bool, err error) {
+	envs, err := requestEnvs(c.Status.Allocation, s.node.Driver, s.requestRefs(c))
 	if err != nil {
 		return nil, false, err
 	}
@@ -69,13 +69,13 @@ func (p *Plugin) envInPlay(c *resourceapi.ResourceClaim, call map[string]*resour
 			on[baseRequest(ref)] = true
 		}
 	}
-	return on, len(on) > 0 || p.envElsewhere(c, call), nil
+	return on, len(on) > 0 || s.envElsewhere(c, call), nil
 }
 
 // envElsewhere reports whether a prepared claim, or another claim of this
 // call, sets the libfabric environment.
-func (p *Plugin) envElsewhere(c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) bool {
-	for _, pc := range p.claims.state.Claims {
+func (s *State) envElsewhere(c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) bool {
+	for _, pc := range s.cur.Claims {
 		if len(pc.Env) > 0 {
 			return true
 		}
@@ -84,7 +84,7 @@ func (p *Plugin) envElsewhere(c *resourceapi.ResourceClaim, call map[string]*res
 		if o.UID == c.UID || o.Status.Allocation == nil {
 			continue
 		}
-		envs, err := requestEnvs(o.Status.Allocation, p.cfg.Driver(), p.requestRefs(o))
+		envs, err := requestEnvs(o.Status.Allocation, s.node.Driver, s.requestRefs(o))
 		if err != nil {
 			continue // refused when that claim is prepared
 		}
@@ -99,13 +99,13 @@ func (p *Plugin) envElsewhere(c *resourceapi.ResourceClaim, call map[string]*res
 
 // requestRefs are the requests of a claim's allocation that hold this
 // node's devices of this driver.
-func (p *Plugin) requestRefs(c *resourceapi.ResourceClaim) []string {
+func (s *State) requestRefs(c *resourceapi.ResourceClaim) []string {
 	var out []string
 	if c.Status.Allocation == nil {
 		return nil
 	}
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == p.cfg.Driver() && r.Pool == p.cfg.NodeName && !slices.Contains(out, r.Request) {
+		if r.Driver == s.node.Driver && r.Pool == s.node.Name && !slices.Contains(out, r.Request) {
 			out = append(out, r.Request)
 		}
 	}
@@ -143,7 +143,7 @@ const extendedPrefix = "class "
 // class a container gets one, whichever it is. The kubelet's PodResources
 // API names the claim for each container that has a request of it, not
 // which request.
-func (p *Plugin) extendedClasses(c *resourceapi.ResourceClaim) map[string]string {
+func (s *State) extendedClasses(c *resourceapi.ResourceClaim) map[string]string {
 	if c.Annotations[resourceapi.ExtendedResourceClaimAnnotation] != "true" {
 		return nil
 	}
@@ -154,7 +154,7 @@ func (p *Plugin) extendedClasses(c *resourceapi.ResourceClaim) map[string]string
 		}
 	}
 	out := map[string]string{}
-	for _, ref := range p.requestRefs(c) {
+	for _, ref := range s.requestRefs(c) {
 		out[ref] = class[baseRequest(ref)]
 	}
 	return out
@@ -174,14 +174,14 @@ func sourceOf(claim, request string, classes map[string]string, env bool) source
 // claim that is neither holds no EFA of this node yet: the kubelet sends
 // every claim of a pod that holds this driver's devices in one call, so it
 // is another pod's, which is checked when it is prepared.
-func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.ResourceClaim) []source {
+func (s *State) sources(namespace, name string, call map[string]*resourceapi.ResourceClaim) []source {
 	var out []source
 	add := func(s source) {
 		if !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}
-	for _, pc := range p.claims.state.Claims {
+	for _, pc := range s.cur.Claims {
 		if pc.Namespace == namespace && pc.Name == name {
 			for _, d := range pc.Devices {
 				add(sourceOf(name, d.Request, pc.ExtendedClasses, len(pc.Env[baseRequest(d.Request)]) > 0))
@@ -193,9 +193,9 @@ func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.Re
 	if !ok {
 		return nil
 	}
-	refs := p.requestRefs(o)
-	envs, _ := requestEnvs(o.Status.Allocation, p.cfg.Driver(), refs)
-	classes := p.extendedClasses(o)
+	refs := s.requestRefs(o)
+	envs, _ := requestEnvs(o.Status.Allocation, s.node.Driver, refs)
+	classes := s.extendedClasses(o)
 	for _, ref := range refs {
 		add(sourceOf(name, ref, classes, envs[ref] == resources.EnvLibfabric))
 	}
@@ -209,7 +209,7 @@ func (p *Plugin) sources(namespace, name string, call map[string]*resourceapi.Re
 // claims are prepared (a claim that another pod prepared is not prepared
 // again). withEnv: the claim itself sets the environment, so it must be
 // reserved for a pod.
-func (p *Plugin) checkContainers(c *resourceapi.ResourceClaim, withEnv bool, call map[string]*resourceapi.ResourceClaim, rd *callReads) error {
+func (s *State) checkContainers(c *resourceapi.ResourceClaim, withEnv bool, call map[string]*resourceapi.ResourceClaim, rd *callReads) error {
 	reserved := map[string]bool{}
 	for _, ref := range c.Status.ReservedFor {
 		if ref.APIGroup == "" && ref.Resource == "pods" {
@@ -222,7 +222,7 @@ func (p *Plugin) checkContainers(c *resourceapi.ResourceClaim, withEnv bool, cal
 		}
 		return nil
 	}
-	if p.pods == nil {
+	if s.deps.Pods == nil {
 		return errors.New("the libfabric environment (env: libfabric) needs the kubelet's PodResources API, to check the containers that use the claim; the plugin has none (--pod-resources-socket)")
 	}
 	if !rd.listed {
@@ -245,7 +245,7 @@ func (p *Plugin) checkContainers(c *resourceapi.ResourceClaim, withEnv bool, cal
 				if cl.Namespace != c.Namespace {
 					continue
 				}
-				for _, s := range p.sources(cl.Namespace, cl.Name, call) {
+				for _, s := range s.sources(cl.Namespace, cl.Name, call) {
 					if !slices.Contains(srcs, s) {
 						srcs = append(srcs, s)
 					}

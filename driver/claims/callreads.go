@@ -1,4 +1,4 @@
-package driver
+package claims
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/efakit/efakit/driver/checkpoint"
+	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/driver/podresources"
 )
 
@@ -39,19 +40,19 @@ type callReads struct {
 // claims holding an EFA (or a device number) that a claim of the call not
 // prepared yet asks for, and whether the kubelet's pods are needed (a
 // holder to name, or the libfabric environment anywhere).
-func (p *Plugin) toRead(claims []*resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (holders []checkpoint.Claim, pods bool) {
-	held := p.held("")
+func (s *State) toRead(snap *inventory.Snapshot, claims []*resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim) (holders []checkpoint.Claim, pods bool) {
+	held := s.held("")
 	seen := map[string]bool{}
 	for _, c := range claims {
-		if _, ok := p.claims.state.Claims[string(c.UID)]; ok {
+		if _, ok := s.cur.Claims[string(c.UID)]; ok {
 			continue
 		}
-		want, err := p.allocated(c)
+		want, err := s.allocated(snap, c)
 		if err != nil {
 			continue
 		}
 		for _, w := range want {
-			inv, ok := p.inv.devices[w.Device]
+			inv, ok := snap.Devices[w.Device]
 			if !ok {
 				continue
 			}
@@ -63,26 +64,26 @@ func (p *Plugin) toRead(claims []*resourceapi.ResourceClaim, call map[string]*re
 						continue
 					}
 					seen[h.uid] = true
-					holders = append(holders, p.claims.state.Claims[h.uid])
+					holders = append(holders, s.cur.Claims[h.uid])
 				}
 			}
 		}
-		if _, check, err := p.envInPlay(c, call); err == nil && check {
+		if _, check, err := s.envInPlay(c, call); err == nil && check {
 			pods = true
 		}
 	}
-	return holders, p.pods != nil && (pods || len(holders) > 0)
+	return holders, s.deps.Pods != nil && (pods || len(holders) > 0)
 }
 
 // read makes the call's reads, without the lock.
-func (p *Plugin) read(ctx context.Context, holders []checkpoint.Claim, pods bool) *callReads {
+func (s *State) read(ctx context.Context, holders []checkpoint.Claim, pods bool) *callReads {
 	rd := &callReads{released: map[string]bool{}}
 	for _, h := range holders {
-		rd.released[h.UID] = p.readClaim(ctx, h)
+		rd.released[h.UID] = s.readClaim(ctx, h)
 	}
 	if pods {
 		rd.listed = true
-		rd.pods, rd.podsErr = p.pods.List(ctx)
+		rd.pods, rd.podsErr = s.deps.Pods.List(ctx)
 	}
 	return rd
 }
