@@ -142,6 +142,13 @@ func servePlugin(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) erro
 // status writes, the HTTP server); nil changes nothing.
 func servePluginWith(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) error, mod func(*driver.ServeOptions), claims ...*resourceapi.ResourceClaim) drapb.DRAPluginClient {
 	tb.Helper()
+	return drapb.NewDRAPluginClient(servePluginConn(tb, cdiDir, dataDir, sync, mod, claims...))
+}
+
+// servePluginConn is servePluginWith's connection to the plugin's DRA
+// socket, which also serves the kubelet's health stream.
+func servePluginConn(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) error, mod func(*driver.ServeOptions), claims ...*resourceapi.ResourceClaim) *grpc.ClientConn {
+	tb.Helper()
 	client := fake.NewClientset()
 	if _, err := client.CoreV1().Nodes().Create(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}}, metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
@@ -202,7 +209,7 @@ func servePluginWith(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) 
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { conn.Close() })
-	return drapb.NewDRAPluginClient(conn)
+	return conn
 }
 
 // quantile is the q-quantile of sorted samples, by nearest rank: of 1,000

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"google.golang.org/grpc"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/efakit/efakit/driver"
@@ -33,7 +35,9 @@ const (
 // BenchmarkReadersDuringPrepare runs the plugin as the DaemonSet does on
 // the p5 capture, with every fsync taking slowSync, and times what the
 // node's other clients ask while the kubelet prepares: /metrics (the
-// scrape, the EFA exporter's targets among it) and /readyz (the probe).
+// scrape, the EFA exporter's targets among it), /readyz (the probe) and
+// a health report (the kubelet's health stream, opened on the plugin's
+// DRA socket, to its first report of every device).
 // Rounds alternate, interleaved: "idle", the readers alone, and "burst",
 // the readers while eight 4-EFA claims are prepared and unprepared over
 // and over, one goroutine each, as a burst of pods does. It reports each
@@ -54,8 +58,9 @@ func BenchmarkReadersDuringPrepare(b *testing.B) {
 		time.Sleep(slowSync)
 		return f.Sync()
 	}
-	dra := servePluginWith(b, dir, dir, slow, func(o *driver.ServeOptions) { o.HTTPAddr = addr }, claims...)
-	readers := []string{"/metrics", "/readyz"}
+	conn := servePluginConn(b, dir, dir, slow, func(o *driver.ServeOptions) { o.HTTPAddr = addr }, claims...)
+	dra := drapb.NewDRAPluginClient(conn)
+	readers := []string{"/metrics", "/readyz", healthReader}
 	var mu sync.Mutex
 	samples := map[string][]time.Duration{}
 	client := &http.Client{Timeout: 30 * time.Second}
@@ -70,18 +75,11 @@ func BenchmarkReadersDuringPrepare(b *testing.B) {
 				for range readerSamples {
 					<-tick.C
 					start := time.Now()
-					resp, err := client.Get("http://" + addr + path)
-					if err != nil {
+					if err := readOnce(client, conn, addr, path); err != nil {
 						b.Error(err)
 						return
 					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
 					took := time.Since(start)
-					if resp.StatusCode != http.StatusOK {
-						b.Errorf("%s: %s", path, resp.Status)
-						return
-					}
 					mu.Lock()
 					samples[phase+" "+path] = append(samples[phase+" "+path], took)
 					mu.Unlock()
@@ -136,6 +134,40 @@ func BenchmarkReadersDuringPrepare(b *testing.B) {
 		b.ReportMetric(float64(quantile(busy, 0.99))/float64(quantile(idle, 0.99)), name+"-p99-burst/idle")
 	}
 	b.ReportMetric(float64(prepares.Load())/float64(b.N), "prepares/round")
+}
+
+// healthReader names the health report among the readers.
+const healthReader = "/health-report"
+
+// readOnce asks one reader once: an HTTP path of the plugin's server, or
+// the health stream's first report of every device (healthReader).
+func readOnce(client *http.Client, conn *grpc.ClientConn, addr, path string) error {
+	if path == healthReader {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stream, err := drahealthv1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+		if err != nil {
+			return err
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if len(r.Devices) == 0 {
+			return fmt.Errorf("%s: no device", path)
+		}
+		return nil
+	}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return nil
 }
 
 func sorted(d []time.Duration) []time.Duration {

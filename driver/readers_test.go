@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,9 +21,10 @@ import (
 
 // TestReadersDoNotWaitForPrepare holds a prepare inside its first fsync
 // (the CDI spec's or the checkpoint's, both written while the prepare
-// decides) and asks /readyz and /metrics meanwhile: both answer before
-// the fsync is let go, so a slow disk holds up the kubelet's call and
-// nothing else. /metrics carries the EFA exporter's series, whose targets
+// decides, under the claim state's lock) and asks /readyz, /metrics and
+// the kubelet's health stream meanwhile, and makes a scan that publishes:
+// all answer before the fsync is let go, so a slow disk holds up the
+// kubelet's call and nothing else. /metrics carries the EFA exporter's series, whose targets
 // come from the claim state. The timeout is only how long the test waits
 // before it calls a reader stuck.
 func TestReadersDoNotWaitForPrepare(t *testing.T) {
@@ -41,7 +43,9 @@ func TestReadersDoNotWaitForPrepare(t *testing.T) {
 		}
 		return f.Sync()
 	}
-	dra := servePluginWith(t, dir, dir, hold, func(o *driver.ServeOptions) { o.HTTPAddr = addr }, c)
+	rescan := make(chan struct{})
+	conn := servePluginConn(t, dir, dir, hold, func(o *driver.ServeOptions) { o.HTTPAddr = addr; o.Rescan = rescan }, c)
+	dra := drapb.NewDRAPluginClient(conn)
 	var let sync.Once
 	letGo := func() { let.Do(func() { close(release) }) }
 	t.Cleanup(letGo) // before the plugin stops, should a reader fail
@@ -77,6 +81,25 @@ func TestReadersDoNotWaitForPrepare(t *testing.T) {
 	}
 	readyz, _ := get("/readyz")
 	metrics, body := get("/metrics")
+	assert.NoError(t, readOnce(client, conn, addr, healthReader), "a health report while a prepare is in its fsync")
+	// Scans (SIGHUP's) run to their end: the second one starts only when
+	// the first has checked the claims, synced their status and
+	// published (Run makes one at a time).
+	scans := func() float64 {
+		_, body := get("/metrics")
+		for _, l := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(l, "efakit_plugin_scan_seconds_count "); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before := scans()
+	for i := 1; i <= 2; i++ {
+		rescan <- struct{}{}
+		assert.Eventually(t, func() bool { return scans() >= before+float64(i) }, 20*time.Second, 10*time.Millisecond, "scan %d while a prepare is in its fsync", i)
+	}
 	letGo()
 	require.NoError(t, <-done)
 	assert.Equal(t, http.StatusOK, readyz, "/readyz")
