@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"google.golang.org/grpc"
+	resourceapi "k8s.io/api/resource/v1"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
