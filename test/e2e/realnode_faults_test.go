@@ -420,7 +420,15 @@ func TestRealNodeFaults(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, l.Items)
 		require.NoError(t, c.client.ResourceV1().ResourceSlices().Delete(ctx, l.Items[0].Name, metav1.DeleteOptions{}))
-		require.Eventually(t, func() bool { return len(n.publishedEFAs(t)) == len(before) }, 30*time.Second, 100*time.Millisecond,
+		// The plugin has two slice informers: its watch of the node's
+		// slices and the ResourceSlice controller's, which writes the
+		// slice back. The first to list again ends the wait above; the
+		// other may still wait out client-go's reflector backoff, which
+		// grows to 30 s while the API server is away, with up to as much
+		// again of jitter (k8s.io/client-go/tools/cache/reflector.go,
+		// defaultBackoffMax and defaultBackoffJitter), before it lists and
+		// the controller syncs (1 to 3 s).
+		require.Eventually(t, func() bool { return len(n.publishedEFAs(t)) == len(before) }, 90*time.Second, 100*time.Millisecond,
 			"the deleted slice published again after the watch reset; plugin:\n%s", n.logTail("efakit-plugin", 3000))
 		got, claims := n.run(t, n.printerPod("after-reset", templateClaim("efa", "single-efa-claim")))
 		n.check(t, got, nodes, claimsOf(claims), nil)
