@@ -29,7 +29,8 @@ lint:
 	cd test/karpenter && GOTOOLCHAIN=go1.27.3 $(CURDIR)/$(STATICCHECK)-go1.27 ./...
 
 unit:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) build -o bin/testtimes ./internal/testtimes
+	bash -o pipefail -c '$(GO) test -race -count=1 -json $(PKGS) | bin/testtimes -over $(SLOWTEST)'
 
 ## stress: the unit packages as a fresh, busy CI machine runs them: with
 ## the race detector, STRESSCOUNT times over (3), beside STRESSLOAD
@@ -79,9 +80,15 @@ e2e-deps:
 ## in every group mode, the chart applies, and its admission policy refuses
 ## another node's slices; on a real node (kubelet, containerd, runc, in a
 ## mount namespace of its own) the chart's DaemonSet and the plugin run the
-## users' claims into containers that print what they got.
+## users' claims into containers that print what they got. It ends with
+## the tests and subtests that took SLOWTEST (30 s) or more, slowest first.
 e2e: e2e-deps
-	cd test/e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./...
+	$(GO) build -o bin/testtimes ./internal/testtimes
+	cd test/e2e && $(GO) vet ./... && \
+	  bash -o pipefail -c '$(GO) test -count=1 -timeout 60m -json ./... | $(CURDIR)/bin/testtimes -over $(SLOWTEST)'
+
+## SLOWTEST: make e2e lists the tests that took at least this long.
+SLOWTEST ?= 30s
 
 ## burst: pod start through the real node, as make e2e runs it
 ## (TestRealNodePodStart) with more rounds (BURSTROUNDS, 6) and the
