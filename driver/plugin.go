@@ -167,7 +167,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, cs []*resourceapi.Re
 	// stored its snapshot during the call did not see these claims (it
 	// stores first, then checks; see Rescan), so one of the two asks for
 	// the correction of a renumbered EFA.
-	if p.claims.Renumbered(p.inv.Load()) {
+	if p.claims.Renumbered(ctx, p.inv.Load()) {
 		p.askRescan(rescanPrepare)
 	}
 	return out, nil

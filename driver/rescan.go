@@ -142,7 +142,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	p.scanMu.Unlock()
 	// Stored first, then checked: a prepare saves first, then checks
 	// (PrepareResourceClaims), so one of the two sees the other.
-	if p.claims.Renumbered(snap) {
+	if p.claims.Renumbered(ctx, snap) {
 		if rerr := p.claims.RepairSpecs(ctx); rerr != nil {
 			klog.FromContext(ctx).Error(rerr, "Correcting the CDI specs of renumbered EFAs")
 		}

@@ -11,13 +11,13 @@ import (
 	"github.com/efakit/efakit/driver/podresources"
 )
 
-// callReads are what a prepare call reads outside the plugin's lock,
+// callReads are what a prepare call reads outside the claim state's lock,
 // before it decides under it: the API server's answer on each prepared
 // claim holding an EFA the call asks for (the forced-delete handover, see
 // readClaim), and the kubelet's pods (the libfabric environment's check,
 // and the pods a refusal names). A prepare thus makes no API or kubelet
-// call while it holds the lock that the scans, the health checks and the
-// other kubelet calls wait for.
+// call while it holds the lock that the other kubelet calls, the spec
+// repairs and the renumbering corrections wait for.
 //
 // The reads are a snapshot taken a moment before the decision. That is as
 // good as one taken under the lock: the kubelet prepares a pod's claims

@@ -26,7 +26,7 @@ import (
 // EFAs, whichever device the runtime applied last: libfabric would use a
 // subset, silently. So the containers that use the claim are read from
 // the kubelet (its PodResources API: which containers of the node's pods
-// use which claims; read before the call takes the plugin's lock, see
+// use which claims; read before the call takes the claim state's lock, see
 // callReads), and the claim is refused where one of them mixes such
 // a request with other EFAs. The kubelet names the claims a container
 // uses, not the requests it takes of them: a container that uses a claim

@@ -104,7 +104,7 @@ func coShares(h holder, shared bool, pci string) bool {
 // the old claim's record and spec stay until the kubelet unprepares it.
 // Without an API client, or when the API cannot tell, the claim holds its
 // EFAs (the prepare is refused, and the kubelet retries). It runs before
-// the call takes the plugin's lock (callReads).
+// the call takes the claim state's lock (callReads).
 func (s *State) readClaim(ctx context.Context, prev checkpoint.Claim) bool {
 	if s.deps.Kube == nil {
 		return false

@@ -39,10 +39,17 @@ type claimRenumbered struct {
 
 // Renumbered tells whether an EFA of a prepared claim (as last saved) has,
 // in snap, another RDMA name or uverbs device than the claim's record.
-// It takes no lock: the scanning goroutine asks it after each scan, and
-// the kubelet's call after each prepare, so that whichever of the two
-// comes second sees the other (see RepairSpecs).
-func (s *State) Renumbered(snap *inventory.Snapshot) bool {
+// The scanning goroutine asks it after each scan, and the kubelet's call
+// after each prepare, so that whichever of the two comes second sees the
+// other (see RepairSpecs). It never waits for the lock: when no call
+// holds it, the checkpoint is read again first if it changed (one stat
+// tells: the other plugin pod of a rolling update may have prepared
+// claims since); when a call holds it, that call reads it again itself.
+func (s *State) Renumbered(ctx context.Context, snap *inventory.Snapshot) bool {
+	if s.mu.TryLock() {
+		s.reloadState(ctx)
+		s.mu.Unlock()
+	}
 	for _, c := range s.Committed().Claims {
 		for _, d := range c.Devices {
 			inv, ok := snap.Devices[d.Device]
