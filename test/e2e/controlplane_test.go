@@ -3,8 +3,10 @@ package e2e
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -64,24 +67,90 @@ func buildKube(dir string, cmds ...string) error {
 	return buildKubeOf("k8s", dir, cmds...)
 }
 
+// kubeCommands are the commands of test/e2e/k8s the tests run: built
+// together at the first need of any, so that one go build compiles what
+// they share once and links them side by side.
+var kubeCommands = []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"}
+
+// builds are the go builds made by this test process, each once, by its
+// directory and arguments.
+var builds sync.Map // string -> *buildOnce
+
+type buildOnce struct {
+	once sync.Once
+	err  error
+}
+
 // buildKubeOf builds Kubernetes commands of the module in directory module
-// (k8s, or k8s134 for the version matrix) into dir.
+// (k8s, or k8s134 for the version matrix) into dir: for k8s every one of
+// kubeCommands, for another module those asked for.
 func buildKubeOf(module, dir string, cmds ...string) error {
 	version, err := moduleKubeVersion(module)
 	if err != nil {
 		return fmt.Errorf("version of k8s.io/kubernetes in test/e2e/%s: %w", module, err)
 	}
-	args := []string{"build", "-ldflags", "-X k8s.io/component-base/version.gitVersion=" + version, "-o", dir + "/"}
+	if module == "k8s" {
+		cmds = kubeCommands
+	}
+	var pkgs []string
 	for _, c := range cmds {
-		args = append(args, "k8s.io/kubernetes/cmd/"+c)
+		pkgs = append(pkgs, "k8s.io/kubernetes/cmd/"+c)
 	}
-	b := exec.Command("go", args...)
-	b.Dir = module
-	out, err := b.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go build %v (test/e2e/%s): %v\n%s", cmds, module, err, out)
+	// Without DWARF and symbols (-s -w): a third less link time, and
+	// nothing here reads them.
+	return goBuild(module, dir, cmds, nil, append([]string{"-ldflags", "-s -w -X k8s.io/component-base/version.gitVersion=" + version}, pkgs...)...)
+}
+
+// goBuild runs go build args in module's directory with env, into dir,
+// once per test process, and not at all when dir holds every one of
+// outputs built by the same go build: the same arguments, environment, Go
+// and module requirements (go.mod and go.sum), as a stamp file beside
+// them says. Linking these binaries takes most of a warm build.
+func goBuild(module, dir string, outputs, env []string, args ...string) error {
+	key := module + "\x00" + dir + "\x00" + strings.Join(args, "\x00")
+	b, _ := builds.LoadOrStore(key, &buildOnce{})
+	bo := b.(*buildOnce)
+	bo.once.Do(func() {
+		mod, err := os.ReadFile(filepath.Join(module, "go.mod"))
+		if err != nil {
+			bo.err = err
+			return
+		}
+		sum, _ := os.ReadFile(filepath.Join(module, "go.sum"))
+		h := sha256.New()
+		for _, p := range [][]byte{[]byte(runtime.Version()), []byte(key), []byte(strings.Join(env, "\x00")), mod, sum} {
+			h.Write(p)
+			h.Write([]byte{0})
+		}
+		want := hex.EncodeToString(h.Sum(nil))
+		stamp := filepath.Join(dir, "."+strings.Join(outputs, ",")+".built")
+		if have, err := os.ReadFile(stamp); err == nil && string(have) == want && allExist(dir, outputs) {
+			return
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			bo.err = err
+			return
+		}
+		cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, args...)...)
+		cmd.Dir = module
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			bo.err = fmt.Errorf("go build %v (test/e2e/%s): %v\n%s", outputs, module, err, out)
+			return
+		}
+		bo.err = os.WriteFile(stamp, []byte(want), 0o644)
+	})
+	return bo.err
+}
+
+// allExist tells whether dir holds every one of names.
+func allExist(dir string, names []string) bool {
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			return false
+		}
 	}
-	return nil
+	return true
 }
 
 // moduleKubeVersion is the version of k8s.io/kubernetes the module in

@@ -76,16 +76,14 @@ func realNodeBinaries() (nodeBins, error) {
 			nodeBinErr = err
 			return
 		}
-		b := exec.Command("go", "build", "-tags", "no_btrfs no_devmapper no_zfs", "-o", bins+"/",
+		if err := goBuild("runtime", bins, []string{"containerd", "containerd-shim-runc-v2", "ctr", "loopback"}, []string{"CGO_ENABLED=0"},
+			"-tags", "no_btrfs no_devmapper no_zfs", "-ldflags", "-s -w",
 			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
-			"github.com/containerd/containerd/v2/cmd/ctr", "github.com/containernetworking/plugins/plugins/main/loopback")
-		b.Dir = "runtime"
-		b.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := b.CombinedOutput(); err != nil {
-			nodeBinErr = fmt.Errorf("go build (test/e2e/runtime): %v\n%s", err, out)
+			"github.com/containerd/containerd/v2/cmd/ctr", "github.com/containernetworking/plugins/plugins/main/loopback"); err != nil {
+			nodeBinErr = err
 			return
 		}
-		b = exec.Command("go", "build", "-o", bins+"/", "./cmd/podnet", "./cmd/pause")
+		b := exec.Command("go", "build", "-o", bins+"/", "./cmd/podnet", "./cmd/pause")
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := b.CombinedOutput(); err != nil {
 			nodeBinErr = fmt.Errorf("go build podnet, pause: %v\n%s", err, out)
