@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,47 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-
-	"github.com/efakit/efakit/driver/resources"
-	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
-
-// TestSlicesPassAPIValidation publishes the slices of every fixture in every
-// group mode to a real kube-apiserver: its validation, not ours, decides.
-func TestSlicesPassAPIValidation(t *testing.T) {
-	c := apiServer(t)
-	ctx := context.Background()
-	paths, err := filepath.Glob("../../testdata/sysfs/*.sysfs")
-	require.NoError(t, err)
-	require.NotEmpty(t, paths)
-	for _, p := range paths {
-		root, err := sysfs.Open(p)
-		require.NoError(t, err)
-		topo, err := topology.Scan(root)
-		require.NoError(t, err)
-		for _, mode := range []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed} {
-			name := strings.TrimSuffix(filepath.Base(p), ".sysfs") + "/" + string(mode)
-			node := "n-" + strings.ReplaceAll(strings.TrimSuffix(filepath.Base(p), ".sysfs"), ".", "-")
-			cfg := resources.Config{NodeName: node, Groups: mode}
-			res, err := resources.Build(topo, cfg)
-			require.NoError(t, err, name)
-			for _, s := range resources.Slices(res, cfg) {
-				got, err := c.client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{})
-				require.NoError(t, err, "%s: the API server refused the slice", name)
-				// Nothing the driver set was dropped (mixed mode needs
-				// DRAPartitionableDevices, on by default in 1.37).
-				assert.Equal(t, len(s.Spec.Devices), len(got.Spec.Devices), name)
-				assert.Equal(t, len(s.Spec.SharedCounters), len(got.Spec.SharedCounters), name)
-				for i := range s.Spec.Devices {
-					assert.Equal(t, len(s.Spec.Devices[i].Attributes), len(got.Spec.Devices[i].Attributes), "%s: %s", name, s.Spec.Devices[i].Name)
-					assert.Equal(t, len(s.Spec.Devices[i].ConsumesCounters), len(got.Spec.Devices[i].ConsumesCounters), name)
-				}
-				require.NoError(t, c.client.ResourceV1().ResourceSlices().Delete(ctx, got.Name, metav1.DeleteOptions{}))
-			}
-		}
-	}
-}
 
 // apply creates rendered chart objects through the dynamic client.
 func apply(t *testing.T, cfg *rest.Config, objs []runtime.Object) {

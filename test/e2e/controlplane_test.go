@@ -252,7 +252,11 @@ func startControlPlaneOf(module string, apiArgs ...string) (*controlPlane, error
 	if err := c.start(c.apiCmd[0], c.apiCmd[1:]...); err != nil {
 		return nil, err
 	}
-	c.config = &rest.Config{Host: c.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	// The tests' own client is not rate-limited (QPS -1): client-go's
+	// default of 5 requests a second, burst 10, paced every test's polls
+	// and the version matrix's creates, which are the tests' own doing,
+	// not the components' under test.
+	c.config = &rest.Config{Host: c.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1}
 	if err := writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), c.url, adminToken); err != nil {
 		return nil, err
 	}

@@ -147,7 +147,7 @@ func efakitShape(mode resources.GroupMode, full bool) *shape {
 			cfg := resources.Config{NodeName: node, Groups: mode}
 			pool, err := resources.Published(it.topo, cfg)
 			if err != nil {
-				panic(fmt.Sprintf("%s: %v", it.name, err)) // the bundled fixtures publish cleanly (TestSlicesPassAPIValidation)
+				panic(fmt.Sprintf("%s: %v", it.name, err)) // the bundled fixtures publish cleanly (TestSlicesAcrossVersions)
 			}
 			out := resources.Slices(pool, cfg)
 			if full {
