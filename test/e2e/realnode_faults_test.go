@@ -303,7 +303,11 @@ func TestRealNodeFaults(t *testing.T) {
 	})
 
 	t.Run("api-server-down", func(t *testing.T) {
-		down := 2 * time.Minute
+		// A minute: long enough that the clients' back-off (client-go's
+		// reflectors: 0.8 s doubling, jittered up to twice, capped at 30 s)
+		// reaches its cap, which is what a longer outage adds.
+		// EFAKIT_API_DOWN sets another.
+		down := time.Minute
 		if d, err := time.ParseDuration(os.Getenv("EFAKIT_API_DOWN")); err == nil {
 			down = d
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -384,8 +385,18 @@ func imageOf(files, links map[string]string, entrypoint []string) (v1.Image, err
 	return mutate.ConfigFile(img, cf)
 }
 
+// startKubelet starts the node's kubelet with the configuration a VM
+// like this one needs (docs/testing.md), and a pod resync of 10 s (syncFrequency; 1 m by
+// default): a pod whose prepare failed in a way the kubelet does not
+// count as a sync error (its plugin not yet registered after a reboot, a
+// full CDI directory) is tried again at the resync, so the faults' tests
+// wait 10-15 s for it instead of 60-90 s. EFAKIT_KUBELET_SYNC_FREQUENCY
+// sets another (1m: the kubelet's default, as a real node runs).
 func (n *realNode) startKubelet() {
 	t := n.t
+	syncFrequency := cmp.Or(os.Getenv("EFAKIT_KUBELET_SYNC_FREQUENCY"), "10s")
+	_, err := time.ParseDuration(syncFrequency)
+	require.NoError(t, err, "EFAKIT_KUBELET_SYNC_FREQUENCY")
 	healthz, err := freePort()
 	require.NoError(t, err)
 	port, err := freePort()
@@ -410,9 +421,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: ""
 localStorageCapacityIsolation: false
+syncFrequency: %[6]s
 podLogsDir: %[4]s
 volumePluginDir: %[5]s
-`, n.sock, port, healthz, filepath.Join(n.dir, "pod-logs"), filepath.Join(n.dir, "kubelet/volume-plugins"))
+`, n.sock, port, healthz, filepath.Join(n.dir, "pod-logs"), filepath.Join(n.dir, "kubelet/volume-plugins"), syncFrequency)
 	path := filepath.Join(n.dir, "kubelet.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 	cmd := n.inNamespace("kubelet", n.bins.kubelet, "--config", path, "--kubeconfig", filepath.Join(n.c.dir, "admin.kubeconfig"),
