@@ -73,7 +73,7 @@ func TestPluginFleetSmoke(t *testing.T) {
 	// server's restart is short and its after-math not waited out: the
 	// smoke checks only that every plugin publishes again and none exits
 	// (make plugin-fleet measures the renewed watches).
-	runPluginFleet(t, 4, fleetTimes{steady: 15 * time.Second, down: 3 * time.Second, after: 5 * time.Second}, "", "--rescan-interval", "5s")
+	runPluginFleet(t, 4, fleetTimes{settle: 5 * time.Second, steady: 15 * time.Second, down: 3 * time.Second, after: 5 * time.Second}, "", "--rescan-interval", "5s")
 }
 
 func TestPluginFleet(t *testing.T) {
@@ -88,14 +88,15 @@ func TestPluginFleet(t *testing.T) {
 		steady, err = time.ParseDuration(s)
 		require.NoError(t, err, "EFAKIT_PLUGIN_FLEET_STEADY")
 	}
-	runPluginFleet(t, n, fleetTimes{steady: steady, down: 10 * time.Second, after: 45 * time.Second}, os.Getenv("EFAKIT_PLUGIN_FLEET_BIN"))
+	runPluginFleet(t, n, fleetTimes{settle: 10 * time.Second, steady: steady, down: 10 * time.Second, after: 45 * time.Second}, os.Getenv("EFAKIT_PLUGIN_FLEET_BIN"))
 }
 
-// fleetTimes are the phases' windows: the steady state, how long the API
+// fleetTimes are the phases' windows: the settling after the start and
+// after the storm (their requests end within 1-3 s), the steady state, how long the API
 // server is away, and how long its restart's after-math is counted (the
 // watches renewed once the clients' back-off ends).
 type fleetTimes struct {
-	steady, down, after time.Duration
+	settle, steady, down, after time.Duration
 }
 
 func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...string) {
@@ -216,14 +217,13 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 		}, time.Duration(60+n)*time.Second, 100*time.Millisecond, "%s: every node's slices", what)
 		return time.Now()
 	}
-	const settle = 10 * time.Second
 	var phases []*fleetPhase
 	phase := func(name string, start, end time.Time) {
 		phases = append(phases, &fleetPhase{name: name, start: start, end: end})
 	}
 
 	allUp := waitPublished("start")
-	time.Sleep(settle)
+	time.Sleep(times.settle)
 	phase("start", begin, time.Now())
 	t.Logf("%d plugins published in %s", n, allUp.Sub(begin).Round(time.Millisecond))
 
@@ -239,7 +239,7 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 	require.NoError(t, c.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=dra.net"}))
 	back := waitPublished("after every slice was deleted")
 	t.Logf("every slice back %s after the delete", back.Sub(s0).Round(time.Millisecond))
-	time.Sleep(settle)
+	time.Sleep(times.settle)
 	phase("kubelet-restart storm", s0, time.Now())
 
 	// The API server goes away: every watch breaks, and the plugins'
