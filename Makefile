@@ -4,14 +4,24 @@ PKGS     := ./...
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all test lint unit stress bench-check karpenter karpenter-update e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
+.PHONY: all test e2e-build lint unit stress bench-check karpenter karpenter-update e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
 
 all: build test
 
 ## test: everything CI checks: format, vet, unit tests with the race
 ## detector (fuzz seed corpora included), fixture drift, the models against
-## Karpenter's real-node data, module zip.
-test: lint unit bench-check karpenter e2e image-check modzip
+## Karpenter's real-node data, the e2e tests, the image, module zip. Two
+## chains run side by side, so that the CPU-bound steps fill the e2e
+## tests' waits: the e2e binaries' build and the e2e tests (their lines
+## prefixed "e2e| "), beside lint, unit, bench-check and karpenter; then
+## image-check and modzip. Each step alone: make <step>.
+test: e2e-deps bin/testtimes
+	@bash -c 'set -o pipefail; \
+	  { $(MAKE) --no-print-directory e2e-build e2e; echo $$? > bin/e2e.rc; } 2>&1 | sed -u "s/^/e2e| /" & e2e=$$!; \
+	  $(MAKE) --no-print-directory lint unit bench-check karpenter; rc=$$?; \
+	  wait $$e2e; erc=$$(cat bin/e2e.rc); echo "make test: lint, unit, bench-check, karpenter exited $$rc; e2e-build, e2e exited $$erc"; \
+	  [ $$rc -eq 0 ] && [ "$$erc" = 0 ]'
+	$(MAKE) --no-print-directory image-check modzip
 
 ## lint: gofmt, go vet and staticcheck (pinned in tools/staticcheck/go.mod,
 ## built through the module proxy) on every module of the repository
@@ -28,8 +38,7 @@ lint:
 	GOTOOLCHAIN=go1.27.3 $(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK)-go1.27 honnef.co/go/tools/cmd/staticcheck
 	cd test/karpenter && GOTOOLCHAIN=go1.27.3 $(CURDIR)/$(STATICCHECK)-go1.27 ./...
 
-unit:
-	$(GO) build -o bin/testtimes ./internal/testtimes
+unit: bin/testtimes
 	bash -o pipefail -c '$(GO) test -race -count=1 -json $(PKGS) | bin/testtimes -over $(SLOWTEST)'
 
 ## stress: the unit packages as a fresh, busy CI machine runs them: with
@@ -82,13 +91,22 @@ e2e-deps:
 ## mount namespace of its own) the chart's DaemonSet and the plugin run the
 ## users' claims into containers that print what they got. It ends with
 ## the tests and subtests that took SLOWTEST (30 s) or more, slowest first.
-e2e: e2e-deps
-	$(GO) build -o bin/testtimes ./internal/testtimes
+e2e: e2e-deps bin/testtimes
 	cd test/e2e && $(GO) vet ./... && \
 	  bash -o pipefail -c '$(GO) test -count=1 -timeout 60m -json ./... | $(CURDIR)/bin/testtimes -over $(SLOWTEST)'
 
+## bin/testtimes: what make unit and make e2e pipe go test -json through.
+bin/testtimes: internal/testtimes/main.go
+	$(GO) build -o $@ ./internal/testtimes
+
 ## SLOWTEST: make e2e lists the tests that took at least this long.
 SLOWTEST ?= 30s
+
+## e2e-build: the Kubernetes commands and the node's runtime the e2e tests
+## run (TestBinaries), into ~/.cache/efakit-e2e/bin; nothing when a stamp
+## there says the same build made them.
+e2e-build: e2e-deps
+	cd test/e2e && $(GO) test -count=1 -timeout 60m -run '^TestBinaries$$' .
 
 ## burst: pod start through the real node, as make e2e runs it
 ## (TestRealNodePodStart) with more rounds (BURSTROUNDS, 6) and the

@@ -66,16 +66,39 @@ func exitStderr(err error) string {
 	return ""
 }
 
-// buildCLI builds efakit into dir as the image ships it (static, trimmed
-// paths, no symbol table) and returns its path.
+// cliDir holds the efakit binary buildCLI builds, once for the package's
+// tests (they run in parallel, and two go builds of one package at once
+// would each compile it); TestMain removes it.
+var (
+	cliDir  string
+	cliOnce sync.Once
+	cliErr  error
+)
+
+// buildCLI builds efakit as the image ships it (static, trimmed paths, no
+// symbol table), once, and returns its path.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "efakit")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	cliOnce.Do(func() {
+		if cliDir, cliErr = os.MkdirTemp("", "efakit-cli"); cliErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(cliDir, "efakit"), ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cliErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, cliErr)
+	return filepath.Join(cliDir, "efakit")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cliDir != "" {
+		_ = os.RemoveAll(cliDir)
+	}
+	os.Exit(code)
 }
 
 // cliEnv is the environment of a CLI run: none of the Go runtime's

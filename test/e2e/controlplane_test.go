@@ -414,6 +414,19 @@ func apiServer(t *testing.T) *controlPlane {
 	return cp
 }
 
+// TestBinaries builds the Kubernetes commands, the node's runtime and the
+// plugin that the other tests run (make e2e-build runs it alone: make test builds
+// them beside the unit tests, and the tests then find them built).
+func TestBinaries(t *testing.T) {
+	bins, err := binDir()
+	require.NoError(t, err)
+	require.NoError(t, buildKube(bins))
+	_, err = realNodeBinaries()
+	require.NoError(t, err)
+	_, err = pluginBinary()
+	require.NoError(t, err)
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if cp != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,26 +24,6 @@ import (
 // maxPluginRSS is the budget for the plugin's steady VmRSS on a p5: 35 MB.
 const maxPluginRSS = 35_000_000
 
-// imagePluginBinary builds cmd/efakit-plugin as the image does (static,
-// -trimpath, -s -w): what runs on a node, without cgo's libc.
-func imagePluginBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "efakit-plugin")
-	b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "github.com/efakit/efakit/cmd/efakit-plugin")
-	b.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := b.CombinedOutput()
-	require.NoError(t, err, "go build efakit-plugin:\n%s", out)
-	// On a node the binary comes from an image layer written to disk
-	// well before the plugin gives its start-up pages back (after its
-	// first periodic rescan, a minute by default); here the rescan comes
-	// after 5 s, so the just-linked file is written back first: the
-	// kernel cannot drop dirty pages.
-	f, err := os.Open(bin)
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
-	require.NoError(t, f.Close())
-	return bin
-}
 
 // procStatus reads the memory lines of /proc/<pid>/status, in bytes.
 func procStatus(t *testing.T, pid int) map[string]int64 {
@@ -95,7 +74,8 @@ func (n *e2eNode) metrics() map[string]float64 {
 // by default) so that this takes seconds, not minutes.
 func TestPluginMemory(t *testing.T) {
 	c := apiServer(t)
-	bin := imagePluginBinary(t)
+	bin, err := pluginBinary() // as the image builds it
+	require.NoError(t, err)
 	// A directory, as /sys is on a node (a capture file would be held in
 	// the plugin's heap: 1.4 MB for the p5's).
 	f, err := os.Open("../../testdata/sysfs/p5.48xlarge.sysfs")

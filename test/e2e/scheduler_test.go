@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -261,10 +262,23 @@ func pluginBinary() (string, error) {
 			return
 		}
 		pluginBin = filepath.Join(dir, "efakit-plugin")
-		out, err := exec.Command("go", "build", "-o", pluginBin, "github.com/efakit/efakit/cmd/efakit-plugin").CombinedOutput()
-		if err != nil {
+		// As the image builds it (static, -trimpath, -s -w): what runs
+		// on a node, and the image's build reuses what it compiled.
+		b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", pluginBin, "github.com/efakit/efakit/cmd/efakit-plugin")
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
 			pluginErr = fmt.Errorf("go build efakit-plugin: %v\n%s", err, out)
+			return
 		}
+		// Written back now: a test that measures the plugin's memory
+		// would otherwise see the just-linked file's dirty pages, which
+		// the kernel cannot drop (on a node the binary comes from an
+		// image layer written long before).
+		f, err := os.Open(pluginBin)
+		if err == nil {
+			err = errors.Join(f.Sync(), f.Close())
+		}
+		pluginErr = err
 	})
 	return pluginBin, pluginErr
 }
