@@ -24,7 +24,6 @@ import (
 // maxPluginRSS is the budget for the plugin's steady VmRSS on a p5: 35 MB.
 const maxPluginRSS = 35_000_000
 
-
 // procStatus reads the memory lines of /proc/<pid>/status, in bytes.
 func procStatus(t *testing.T, pid int) map[string]int64 {
 	t.Helper()
