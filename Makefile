@@ -10,16 +10,18 @@ all: build test
 
 ## test: everything CI checks: format, vet, unit tests with the race
 ## detector (fuzz seed corpora included), fixture drift, the models against
-## Karpenter's real-node data, the e2e tests, the image, module zip. Two
-## chains run side by side, so that the CPU-bound steps fill the e2e
-## tests' waits: the e2e binaries' build and the e2e tests (their lines
-## prefixed "e2e| "), beside lint, unit, bench-check and karpenter; then
-## image-check and modzip. Each step alone: make <step>.
+## Karpenter's real-node data, the e2e tests, the image, module zip. The
+## e2e binaries are built first (make e2e-build: the machine's CPUs are
+## the limit); then the e2e tests, which mostly wait on the real node, run
+## beside lint, unit, bench-check and karpenter, which fill those waits
+## (the e2e lines are prefixed "e2e| "); then image-check and modzip. Each
+## step alone: make <step>.
 test: e2e-deps bin/testtimes
+	$(MAKE) --no-print-directory e2e-build
 	@bash -c 'set -o pipefail; \
-	  { $(MAKE) --no-print-directory e2e-build e2e; echo $$? > bin/e2e.rc; } 2>&1 | sed -u "s/^/e2e| /" & e2e=$$!; \
+	  { $(MAKE) --no-print-directory e2e; echo $$? > bin/e2e.rc; } 2>&1 | sed -u "s/^/e2e| /" & e2e=$$!; \
 	  $(MAKE) --no-print-directory lint unit bench-check karpenter; rc=$$?; \
-	  wait $$e2e; erc=$$(cat bin/e2e.rc); echo "make test: lint, unit, bench-check, karpenter exited $$rc; e2e-build, e2e exited $$erc"; \
+	  wait $$e2e; erc=$$(cat bin/e2e.rc); echo "make test: lint, unit, bench-check, karpenter exited $$rc; e2e exited $$erc"; \
 	  [ $$rc -eq 0 ] && [ "$$erc" = 0 ]'
 	$(MAKE) --no-print-directory image-check modzip
 

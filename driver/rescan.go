@@ -122,10 +122,10 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration) {
 
 // Rescan reads sysfs again, replaces the inventory with what it found, and
 // publishes only when the devices changed, so a node in a steady state
-// makes no API writes. It reports whether it published. The claims whose
-// EFAs it finds renumbered get their specs corrected, and their status
-// follows the scan. It takes the claim state's lock only for that
-// correction, never while it reads sysfs.
+// makes no API writes. It reports whether it published. Then the claims
+// whose EFAs it finds renumbered get their specs corrected, and their
+// status follows the scan. It takes the claim state's lock only for that
+// correction, after it published, never while it reads sysfs.
 func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	p.scanMu.Lock()
 	start := time.Now()
@@ -140,6 +140,10 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	p.ops.metrics.ObserveScan(time.Since(start), err, efas)
 	p.inv.Store(snap)
 	p.scanMu.Unlock()
+	p.reportHealth(ctx, snap, changes)
+	// Published before the claims are looked at: a correction below waits
+	// for the claim state's lock, and what is published never does.
+	published, perr := p.Publish(ctx)
 	// Stored first, then checked: a prepare saves first, then checks
 	// (PrepareResourceClaims), so one of the two sees the other.
 	if p.claims.Renumbered(ctx, snap) {
@@ -150,8 +154,6 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	// The claims' status: health and ports as this scan found them, after
 	// a renumbering is corrected.
 	p.claims.SyncStatus(snap)
-	p.reportHealth(ctx, snap, changes)
-	published, perr := p.Publish(ctx)
 	return published, errors.Join(err, perr)
 }
 
