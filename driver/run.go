@@ -48,9 +48,9 @@ import (
 //     publish; the DeviceClass's extended resource read once (a
 //     goroutine);
 //  8. the HTTP server (a goroutine): /healthz, /readyz, /metrics;
-//  9. the CDI and storage watch and the claim status writer (goroutines),
-//     then the rescan loop, in Serve's own goroutine, until the context
-//     ends or a fatal error.
+//  9. the CDI and storage watch, the claim status writer and the SIGHUP
+//     forwarder (goroutines), then the rescan loop, in Serve's own
+//     goroutine, until the context ends or a fatal error.
 //
 // Stop, when the loop returns: the context is cancelled, then the HTTP
 // server closes, the publisher stops (its slices stay: the kubelet and the
