@@ -152,3 +152,38 @@ func TestDroppedCountersWithdrawn(t *testing.T) {
 	assert.Contains(t, stopped.Error(), "needs DRAPartitionableDevices")
 	mu.Unlock()
 }
+
+// TestNoneEffectFallsBack: an API server from before the taint effect
+// None refuses a slice with a degraded device's taint; the plugin
+// publishes degraded devices unmarked from the next scan on, and keeps
+// the unhealthy ones' taints.
+func TestNoneEffectFallsBack(t *testing.T) {
+	t.Parallel()
+	s := &swapFS{}
+	s.cur.Store(withCounters(t, nil))
+	var stopped error
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Hooks.Stop = func(err error) { stopped = err } })
+	rec := &recorder{}
+	p.SetPublisher(rec)
+	_, err := p.Rescan(context.Background())
+	require.NoError(t, err)
+	// 4f degraded, 50 unhealthy.
+	s.cur.Store(withCounters(t, map[string]map[string]uint64{"4f": {"impaired_remote_conn_events": 20}, "50": {"no_completion_cmds": 2}}))
+	_, err = p.Rescan(context.Background())
+	require.NoError(t, err)
+	require.Len(t, lastDevices(rec)["efa-0000-4f-00-0"].Taints, 1)
+
+	// kube-apiserver's validation of an effect it does not know.
+	path := field.NewPath("spec", "devices").Index(0).Child("taints").Index(0).Child("effect")
+	refusal := apierrors.NewInvalid(schema.GroupKind{Group: "resource.k8s.io", Kind: "ResourceSlice"}, "n-0",
+		field.ErrorList{field.NotSupported(path, resourceapi.DeviceTaintEffectNone, []string{"NoSchedule", "NoExecute"})})
+	p.HandleError(context.Background(), fmt.Errorf("%w: create resource slice: %w", kubeletplugin.ErrRecoverable, refusal), "publishing")
+	require.NoError(t, stopped)
+	_, err = p.Rescan(context.Background())
+	require.NoError(t, err)
+	devs := lastDevices(rec)
+	assert.Empty(t, devs["efa-0000-4f-00-0"].Taints, "degraded, unmarked")
+	assert.Equal(t, "admin-timeouts", devs["efa-0000-50-00-0"].Taints[0].Value, "unhealthy, still tainted")
+	ss := gather(t, p.Registry())
+	assert.Equal(t, 1.0, find(ss, "efakit_plugin_degraded_devices", map[string]string{"action": "none"})[0].value)
+}

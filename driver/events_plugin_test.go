@@ -18,6 +18,7 @@ import (
 
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/events"
+	"github.com/efakit/efakit/efa/health"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -57,7 +58,11 @@ func TestEventsFlappingBounded(t *testing.T) {
 	defer cancel()
 	rec := events.New(ctx, client, node, clock)
 	defer rec.Stop()
-	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events = rec })
+	// Flaps are counted apart (a flapping port is degraded while up:
+	// TestPortFlapsDegrade); here the port's every turn is a change.
+	policy := health.DefaultPolicy()
+	policy.FlapLimit = 0
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events, o.HealthPolicy = rec, policy })
 	p.SetPublisher(&recorder{})
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)

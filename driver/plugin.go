@@ -24,6 +24,7 @@ import (
 	"github.com/efakit/efakit/driver/owners"
 	"github.com/efakit/efakit/driver/publishing"
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/efa/health"
 )
 
 // Publisher publishes the node's devices: a publishing.Slices in the plugin,
@@ -78,6 +79,9 @@ type operations struct {
 	// healthInterval is how often health is re-checked and re-sent (the
 	// kubelet treats a device as unknown after 30 s without a report).
 	healthInterval time.Duration
+	// grader keeps each EFA's samples for its health grade; the scans
+	// use it, one at a time (scanMu).
+	grader *health.Tracker
 	// status writes prepared claims' status.devices (its Run is the run's
 	// goroutine); nil without an API client.
 	status *claimstatus.Writer
@@ -112,6 +116,9 @@ type PluginOptions struct {
 	Hooks
 	// HealthInterval is how often health is re-checked (10 s when 0).
 	HealthInterval time.Duration
+	// HealthPolicy grades the devices' health (health.DefaultPolicy when
+	// its Window is 0).
+	HealthPolicy health.Policy
 }
 
 // Hooks are what the plugin reports to and calls, each optional.
@@ -135,6 +142,14 @@ type Hooks struct {
 func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	p := &Plugin{cfg: o.Config, sysfs: o.SysfsRoot, inv: inventory.NewHolder(), rescans: newRescanQueue(),
 		ops: operations{metrics: metrics.New(), events: o.Events, healthInterval: cmp.Or(o.HealthInterval, 10*time.Second)}}
+	policy := o.HealthPolicy
+	if policy.Window == 0 {
+		policy = health.DefaultPolicy()
+	}
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	p.ops.grader = health.NewTracker(policy)
 	p.ops.status = claimstatus.New(claimstatus.Options{Client: o.StatusClient, DriverName: o.Config.Driver(), Pool: o.Config.NodeName,
 		Observe: func(out claimstatus.Outcome) { p.ops.metrics.ClaimStatus.WithLabelValues(string(out)).Inc() }})
 	p.pub = publishing.NewPublisher(publishing.PublisherOptions{Config: o.Config, Metrics: p.ops.metrics, Events: o.Events,

@@ -46,7 +46,7 @@ func (r *recorder) PublishResources(_ context.Context, res resourceslice.DriverR
 func (r *recorder) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.calls) }
 
 // edit returns the p5 fixture with f applied to each entry (false drops it).
-func edit(t *testing.T, f func(e *sysfs.Entry) bool) *sysfs.MemFS {
+func edit(t testing.TB, f func(e *sysfs.Entry) bool) *sysfs.MemFS {
 	t.Helper()
 	r, err := sysfs.OpenCapture(p5)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/efakit/efakit/driver/inventory"
+	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -27,7 +28,7 @@ const (
 	rescanSlices    rescanReason = "slices"     // another dra.net publisher's slices changed
 	rescanNode      rescanReason = "node"       // the Node's labels or device-plugin capacity changed
 	rescanOwnerWait rescanReason = "owner-wait" // the owner check could not tell: ask again in 5-10 s
-	rescanHealth    rescanReason = "health"     // the health check's interval: sysfs only
+	rescanHealth    rescanReason = "health"     // the health checks' interval (Run's own): sysfs only
 )
 
 // recheck tells whether a scan for the reason checks for another owner.
@@ -79,9 +80,9 @@ func done(q rescanQueue, reasons []rescanReason) {
 // askRescan asks Run for a scan soon, saying why; it never blocks.
 func (p *Plugin) askRescan(reason rescanReason) { p.rescans.Add(reason) }
 
-// Run rescans every interval and whenever a scan is asked for (askRescan:
-// SIGHUP, uevents, the health checks, ...), until ctx ends; it shuts the
-// queue down. It is the one goroutine that scans once
+// Run rescans every interval, every health interval, and whenever a scan
+// is asked for (askRescan: SIGHUP, uevents, ...), until ctx ends; it
+// shuts the queue down. It is the one goroutine that scans once
 // the plugin serves: the inventory has one writer. Each scan checks again
 // for another owner of the EFAs unless only uevents or the health
 // interval asked for it.
@@ -90,6 +91,10 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration) {
 	stop := context.AfterFunc(ctx, p.rescans.ShutDown)
 	defer stop()
 	p.rescans.AddAfter(rescanInterval, interval)
+	// The health checks are Run's own, whether or not the kubelet holds
+	// the health stream (it does not without ResourceHealthStatus):
+	// taints, withheld devices, claim status and Events follow them.
+	p.rescans.AddAfter(rescanHealth, p.ops.healthInterval)
 	var lastErr string
 	for {
 		reasons, ok := take(p.rescans)
@@ -106,6 +111,9 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration) {
 		done(p.rescans, reasons)
 		if slices.Contains(reasons, rescanInterval) {
 			p.rescans.AddAfter(rescanInterval, interval)
+		}
+		if slices.Contains(reasons, rescanHealth) {
+			p.rescans.AddAfter(rescanHealth, p.ops.healthInterval)
 		}
 		switch {
 		case err != nil && err.Error() != lastErr:
@@ -130,7 +138,9 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	p.scanMu.Lock()
 	start := time.Now()
 	topo, scanErr := topology.Scan(p.sysfs)
-	snap, changes, err := inventory.Build(topo, scanErr, p.pub.Config(), p.inv.Load())
+	// Each EFA's counters and port, added to its history, grade it.
+	verdicts := resources.Grade(topo, p.ops.grader, resources.ReadCounters(p.sysfs, p.ops.grader.Policy().Counters()), start)
+	snap, changes, err := inventory.Build(topo, scanErr, p.pub.Config(), p.inv.Load(), verdicts)
 	efas := 0
 	for _, d := range snap.Devices {
 		if d.EFA != nil {

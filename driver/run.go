@@ -189,7 +189,7 @@ func (r *run) serve(o ServeOptions) error {
 				owners.Node(nodes, o.AllowDevicePlugin),
 				owners.Publishers(pub.Current, driverName, o.Config.NodeName)),
 			Spawn: r.spawn},
-		HealthInterval: o.HealthInterval})
+		HealthInterval: o.HealthInterval, HealthPolicy: o.HealthPolicy})
 	if plugin == nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/driver/uevents"
+	"github.com/efakit/efakit/efa/health"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -84,10 +85,12 @@ type Paths struct {
 }
 
 // Intervals pace the periodic sysfs scans: the rescan for changed devices
-// (a minute when 0) and the health checks (10 s when 0).
+// (a minute when 0) and the health checks (10 s when 0), which grade the
+// devices by HealthPolicy (health.DefaultPolicy when its Window is 0).
 type Intervals struct {
 	RescanInterval time.Duration
 	HealthInterval time.Duration
+	HealthPolicy   health.Policy
 }
 
 // ClaimStatusOptions say how prepared claims' status.devices are written.

@@ -129,3 +129,63 @@ func (d *Device) ReadPortLink(fsys fs.ReadLinkFS, port int) (PortLink, error) {
 	}
 	return l, errors.Join(errs...)
 }
+
+// ReadCountersNamed reads only the named counters, the device's
+// (hw_counters) and its first port's (ports/<n>/hw_counters), into one
+// map: what KnownCounters says of a name tells which directory holds it;
+// a name it does not know is looked for in the port's first, then the
+// device's. A counter the device lacks is left out (unknown, never 0);
+// one that cannot be read or parsed is left out with an error. It reads
+// one file a name, where ReadCounters reads every file: a watcher that
+// needs a few counters every few seconds pays for those.
+func (d *Device) ReadCountersNamed(fsys fs.ReadLinkFS, names []string) (map[string]uint64, error) {
+	r := sysfs.NewReader(fsys)
+	known := map[string]bool{} // name: a port counter
+	for _, c := range KnownCounters() {
+		known[c.Name] = c.Port
+	}
+	devDir := d.IBPath + "/hw_counters"
+	var portDir string
+	if len(d.Ports) > 0 {
+		portDir = fmt.Sprintf("%s/ports/%d/hw_counters", d.IBPath, d.Ports[0].Number)
+	}
+	out := make(map[string]uint64, len(names))
+	var errs []error
+	for _, n := range names {
+		if err := pcie.CheckName(n); err != nil {
+			errs = append(errs, &Error{Device: d.Name, File: devDir, Err: fmt.Errorf("counter %q: %w", n, err)})
+			continue
+		}
+		var dirs []string
+		port, isKnown := known[n]
+		switch {
+		case isKnown && port:
+			dirs = []string{portDir}
+		case isKnown:
+			dirs = []string{devDir}
+		default:
+			dirs = []string{portDir, devDir}
+		}
+		for _, dir := range dirs {
+			if dir == "" {
+				continue
+			}
+			f := dir + "/" + n
+			s, err := r.ReadString(f)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			var v uint64
+			if err == nil {
+				v, err = ParseCounter(s)
+			}
+			if err != nil {
+				errs = append(errs, &Error{Device: d.Name, File: f, Err: sysfs.Cause(err)})
+				break
+			}
+			out[n] = v
+			break
+		}
+	}
+	return out, errors.Join(errs...)
+}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -29,6 +30,7 @@ import (
 	"github.com/efakit/efakit/driver/podresources"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/driver/uevents"
+	"github.com/efakit/efakit/efa/health"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -86,6 +88,9 @@ var flagEnv = []struct{ flag, env string }{
 	{"rescan-interval", "RESCAN_INTERVAL"},
 	{"uevents", "UEVENTS"},
 	{"health-interval", "HEALTH_INTERVAL"},
+	{"health-window", "HEALTH_WINDOW"},
+	{"health-limits", "HEALTH_LIMITS"},
+	{"unhealthy-taint-effect", "UNHEALTHY_TAINT_EFFECT"},
 	{"http-address", "HTTP_ADDRESS"},
 	{"allow-with-device-plugin", "ALLOW_EFA_DEVICE_PLUGIN"},
 	{"claim-status", "CLAIM_STATUS"},
@@ -143,7 +148,11 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.StringVar(&s.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources API socket: which containers use which claims, for the libfabric environment's check (\"\" for none: such claims are refused)")
 	fl.DurationVar(&s.RescanInterval, "rescan-interval", time.Minute, "how often sysfs is scanned for changed devices (SIGHUP scans now)")
 	watchUevents := fl.Bool("uevents", true, "rescan within a second of the kernel's uevents for PCI, RDMA and uverbs devices (false: the periodic rescans only)")
-	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked and reported to the kubelet")
+	fl.DurationVar(&s.HealthInterval, "health-interval", 10*time.Second, "how often device health is checked (whether or not the kubelet reads it) and reported to the kubelet")
+	s.HealthPolicy = health.DefaultPolicy()
+	fl.DurationVar(&s.HealthPolicy.Window, "health-window", s.HealthPolicy.Window, "how far back the health rules count an EFA's counters and port state changes")
+	healthLimits := fl.String("health-limits", "", "rule=limit,... over the defaults "+s.HealthPolicy.Limits()+": each rule grades an EFA whose counters advance by its limit within --health-window (0 turns a rule off); docs/operations.md has the rules")
+	unhealthyEffect := fl.String("unhealthy-taint-effect", "NoSchedule", "the effect of an unhealthy EFA's taint: NoSchedule (new claims avoid it) or NoExecute (also evicts the pods using it that do not tolerate it)")
 	fl.StringVar(&s.HTTPAddr, "http-address", ":8080", "address for /healthz, /readyz and /metrics (\"\" for none)")
 	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", false, "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node")
 	claimStatus := fl.Bool("claim-status", true, "write each prepared claim's status.devices (Ready, Healthy, the EFA's data), with an API client rate of its own (--kube-api-qps and --kube-api-burst again)")
@@ -208,6 +217,18 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	s.Config.NodeName, s.Config.DriverName, s.Config.Groups, s.Config.Sharing = *nodeName, *driverName, mode, share
 	if err := s.Config.CheckSharing(); err != nil {
 		return usageError("--sharing: %v", err)
+	}
+	if err := s.HealthPolicy.ParseLimits(*healthLimits); err != nil {
+		return usageError("--health-limits: %v", err)
+	}
+	if err := s.HealthPolicy.Validate(); err != nil {
+		return usageError("--health-window: %v", err)
+	}
+	switch effect := resourceapi.DeviceTaintEffect(*unhealthyEffect); effect {
+	case resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute:
+		s.Config.UnhealthyEffect = effect
+	default:
+		return usageError("--unhealthy-taint-effect %q: NoSchedule or NoExecute", *unhealthyEffect)
 	}
 	s.Class.DriverName = *driverName
 	s.ClaimStatus.Off = !*claimStatus

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	resourceapi "k8s.io/api/resource/v1"
 	"os"
 	"os/exec"
 	"strings"
@@ -182,6 +183,7 @@ func TestFlagsFromEnv(t *testing.T) {
 		"NODE_NAME": "n1", "NUMA_LIST": "true", "PROC_ROOT": "/host/proc", "RESCAN_INTERVAL": "30s",
 		"UEVENTS": "false", "KUBELET_PLUGINS_DIRECTORY_PATH": "/p", "KUBELET_REGISTRAR_DIRECTORY_PATH": "/r",
 		"HEALTH_INTERVAL": "5s", "ALLOW_EFA_DEVICE_PLUGIN": "true", "KUBE_API_BURST": "7",
+		"HEALTH_WINDOW": "2m", "HEALTH_LIMITS": "retransmit-timeouts=6", "UNHEALTHY_TAINT_EFFECT": "NoExecute",
 	} {
 		t.Setenv(k, v)
 	}
@@ -199,10 +201,17 @@ func TestFlagsFromEnv(t *testing.T) {
 	assert.Equal(t, 2*time.Second, s.HealthInterval, "the flag wins")
 	assert.True(t, s.AllowDevicePlugin)
 	assert.Equal(t, 7, o.kubeAPIBurst)
+	assert.Equal(t, 2*time.Minute, s.HealthPolicy.Window)
+	assert.Contains(t, s.HealthPolicy.Limits(), "retransmit-timeouts=6,")
+	assert.Contains(t, s.HealthPolicy.Limits(), "unresponsive-remotes=10", "the rules not named keep their defaults")
+	assert.Equal(t, resourceapi.DeviceTaintEffectNoExecute, s.Config.UnhealthyEffect)
 
 	for v, msg := range map[string]string{
-		"RESCAN_INTERVAL=soon": `RESCAN_INTERVAL="soon": not a duration such as 30s (--rescan-interval)`,
-		"NUMA_LIST=yes":        `NUMA_LIST="yes": not true or false (--numa-list)`,
+		"RESCAN_INTERVAL=soon":        `RESCAN_INTERVAL="soon": not a duration such as 30s (--rescan-interval)`,
+		"NUMA_LIST=yes":               `NUMA_LIST="yes": not true or false (--numa-list)`,
+		"HEALTH_LIMITS=retransmits=1": `--health-limits: no health rule "retransmits"`,
+		"UNHEALTHY_TAINT_EFFECT=None": `--unhealthy-taint-effect "None": NoSchedule or NoExecute`,
+		"HEALTH_WINDOW=-1s":           `--health-window: health window -1s: must be positive`,
 	} {
 		k, val, _ := strings.Cut(v, "=")
 		t.Setenv(k, val)

@@ -12,6 +12,7 @@ import (
 	"github.com/efakit/efakit/driver/claimstatus"
 	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/efa/health"
 )
 
 // What a prepared claim's status.devices say (driver/claimstatus writes
@@ -72,8 +73,10 @@ func healthCondition(snap *inventory.Snapshot, name string) claimstatus.Conditio
 	switch {
 	case !ok:
 		return claimstatus.Condition{Type: claimstatus.TypeHealthy, Status: metav1.ConditionUnknown, Reason: "NotChecked", Message: "no scan has found the device yet"}
-	case h.Unhealthy:
-		return claimstatus.Condition{Type: claimstatus.TypeHealthy, Status: metav1.ConditionFalse, Reason: camelCase(h.Reason), Message: h.Message}
+	case h.Grade != health.Healthy:
+		// Degraded or Unhealthy: the reason names the rule, the message
+		// what it found (a degraded device's starts "degraded: ").
+		return claimstatus.Condition{Type: claimstatus.TypeHealthy, Status: metav1.ConditionFalse, Reason: camelCase(h.Reason), Message: h.Said()}
 	}
 	msg := "port ACTIVE, uverbs device present, bound to efa"
 	if snap.IsGroup(name) {

@@ -23,6 +23,7 @@ const (
 	ReasonStandingAside  = "EFAStandingAside"
 	ReasonPublishing     = "EFAPublishing"
 	ReasonUnhealthy      = "EFAUnhealthy"
+	ReasonDegraded       = "EFADegraded"
 	ReasonHealthy        = "EFAHealthy"
 	ReasonPublishFailed  = "EFAPublishFailed"
 	ReasonRenumbered     = "EFARenumbered"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/efa/health"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -65,18 +66,19 @@ func Empty() *Snapshot {
 }
 
 // Change is a device whose health changed from one snapshot to the next:
-// it turned unhealthy (or unhealthy for another reason), or healthy again.
+// another grade, or the same one for another reason.
 type Change struct {
 	Device, RDMAName string
-	Now              resources.Health
+	Was, Now         resources.Health
 }
 
 // Build makes the snapshot of a scan's topology, published as cfg says,
-// with the health history of prev (the last snapshot; Empty before the
-// first scan), and lists the health changes since prev. The errors are
+// graded by the scan's verdicts (resources.Grade's), with the health
+// history of prev (the last snapshot; Empty before the first scan), and
+// lists the health changes since prev. The errors are
 // the scan's and the build's, as a publish names them; the snapshot holds
 // what could be read.
-func Build(topo *topology.Topology, scanErr error, cfg resources.Config, prev *Snapshot) (*Snapshot, []Change, error) {
+func Build(topo *topology.Topology, scanErr error, cfg resources.Config, prev *Snapshot, verdicts map[string]health.Verdict) (*Snapshot, []Change, error) {
 	pool, buildErr := resources.Build(topo, cfg)
 	s := &Snapshot{Pool: &pool, Devices: map[string]Device{}, Groups: map[string][]string{}, StandAside: prev.StandAside}
 	var members []*topology.Device
@@ -104,7 +106,7 @@ func Build(topo *topology.Topology, scanErr error, cfg resources.Config, prev *S
 			}
 		}
 	}
-	s.health(resources.NodeHealth(topo, nil), prev)
+	s.health(resources.NodeHealth(topo, nil, verdicts), prev)
 	err := errors.Join(scanErr, buildErr)
 	if err != nil {
 		s.ScanErr = err.Error()
@@ -119,7 +121,7 @@ func Build(topo *topology.Topology, scanErr error, cfg resources.Config, prev *S
 func (s *Snapshot) health(efas map[string]resources.Health, prev *Snapshot) {
 	for name := range prev.Health {
 		if _, ok := efas[name]; !ok && prev.HealthMembers[name] == nil {
-			efas[name] = resources.Health{Unhealthy: true, Message: "device gone from sysfs", Reason: "gone"}
+			efas[name] = resources.Health{Grade: health.Unhealthy, Message: "device gone from sysfs", Reason: "gone"}
 		}
 	}
 	s.HealthMembers = make(map[string][]string, len(s.Groups))
@@ -128,7 +130,7 @@ func (s *Snapshot) health(efas map[string]resources.Health, prev *Snapshot) {
 	}
 	for name, old := range prev.HealthMembers {
 		for _, m := range old {
-			if efas[m].Unhealthy && !slices.Contains(s.HealthMembers[name], m) {
+			if efas[m].Unhealthy() && !slices.Contains(s.HealthMembers[name], m) {
 				s.HealthMembers[name] = append(s.HealthMembers[name], m)
 			}
 		}
@@ -140,24 +142,25 @@ func (s *Snapshot) health(efas map[string]resources.Health, prev *Snapshot) {
 	}
 }
 
-// changes compares the health of next with prev's. A device unhealthy at
-// the first scan is a change; one healthy then is not.
+// changes compares the health of next with prev's: a change is another
+// grade or reason (a degraded device's message counts its counters, which
+// move at every scan). A device not healthy at the first scan is a
+// change; one healthy then is not.
 func changes(prev, next *Snapshot) []Change {
 	var out []Change
 	for name, h := range next.Health {
 		was, known := prev.Health[name]
-		wasBad := known && was.Unhealthy
-		if h.Unhealthy == wasBad && (!h.Unhealthy || was.Message == h.Message) {
+		if was.Grade == h.Grade && was.Reason == h.Reason {
 			continue
 		}
-		if !h.Unhealthy && !known {
+		if h.Grade == health.Healthy && !known {
 			continue
 		}
 		rdma := next.Devices[name].RDMAName
 		if rdma == "" {
 			rdma = prev.Devices[name].RDMAName
 		}
-		out = append(out, Change{Device: name, RDMAName: rdma, Now: h})
+		out = append(out, Change{Device: name, RDMAName: rdma, Was: was, Now: h})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
 	return out
@@ -178,17 +181,18 @@ func (s *Snapshot) WithStandAside(why string) *Snapshot {
 }
 
 // Published is what to publish of the snapshot: its pool with health
-// applied (unhealthy devices tainted, or withheld where the API server
-// drops taints), or no pool at all while the plugin stands aside; nil
-// before the first scan. It returns the count of unhealthy devices too.
-func (s *Snapshot) Published(cfg resources.Config, withhold bool) (*resourceslice.DriverResources, int) {
+// applied (resources.ApplyHealth: devices that are not healthy tainted,
+// as far as the API server keeps taints), or no pool at all while the
+// plugin stands aside; nil before the first scan. It returns the counts
+// of unhealthy and degraded devices too.
+func (s *Snapshot) Published(cfg resources.Config, support resources.TaintSupport) (*resourceslice.DriverResources, resources.Counts) {
 	switch {
 	case s.StandAside != "":
-		return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}, 0
+		return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}, resources.Counts{}
 	case s.Pool == nil:
-		return nil, 0
+		return nil, resources.Counts{}
 	}
-	pool, n := resources.ApplyHealth(*s.Pool, s.Health, cfg, withhold)
+	pool, n := resources.ApplyHealth(*s.Pool, s.Health, cfg, support)
 	return DriverResources(pool), n
 }
 

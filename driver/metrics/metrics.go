@@ -29,10 +29,7 @@ type Metrics struct {
 	// SpecsRestored counts CDI specs of prepared claims (and their
 	// device-metadata specs) written again because the directory lost them.
 	SpecsRestored prometheus.Counter // efakit_plugin_cdi_specs_restored_total
-	// Unhealthy is the number of unhealthy devices kept from new
-	// allocations, by how: "taint" (a NoSchedule device taint) or
-	// "withhold" (left out of the slice, where the API server drops taints).
-	Unhealthy *prometheus.GaugeVec // efakit_plugin_unhealthy_devices{action}
+	Health        Health
 	// StorageWritable is 1 while the plugin can write in a directory it
 	// prepares with ("cdi", "data"), 0 while it is read-only or full.
 	StorageWritable *prometheus.GaugeVec // efakit_plugin_storage_writable{dir}
@@ -42,6 +39,22 @@ type Metrics struct {
 	// ClaimStatus counts the writes of claims' status.devices, by outcome
 	// (claimstatus.Outcome: written, retry, gone, forbidden, dropped, failed).
 	ClaimStatus *prometheus.CounterVec // efakit_plugin_claim_status_writes_total{outcome}
+}
+
+// Health are the metrics of the devices' health.
+type Health struct {
+	// Unhealthy is the number of unhealthy devices kept from new
+	// allocations, by how: "taint" (a NoSchedule or NoExecute device
+	// taint) or "withhold" (left out of the slice, where the API server
+	// drops taints).
+	Unhealthy *prometheus.GaugeVec // efakit_plugin_unhealthy_devices{action}
+	// Degraded is the number of degraded devices, by how they are marked:
+	// "taint" (a taint of effect None) or "none" (the API server keeps no
+	// such taint).
+	Degraded *prometheus.GaugeVec // efakit_plugin_degraded_devices{action}
+	// Grade is 1 for each device that is not healthy, with its grade
+	// ("Degraded", "Unhealthy") and reason; a healthy device has none.
+	Grade *prometheus.GaugeVec // efakit_plugin_device_health{device,grade,reason}
 }
 
 // Scans are the metrics of the sysfs scans.
@@ -88,9 +101,17 @@ func New() *Metrics {
 	m.SpecsRestored = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "efakit_plugin_cdi_specs_restored_total", Help: "CDI specs of prepared claims written again because the CDI directory lost them (at start, or while running).",
 	})
-	m.Unhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "efakit_plugin_unhealthy_devices", Help: "Unhealthy devices kept from new allocations: by a NoSchedule taint, or withheld from the slice where the API server drops taints.",
-	}, []string{"action"})
+	m.Health = Health{
+		Unhealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "efakit_plugin_unhealthy_devices", Help: "Unhealthy devices kept from new allocations: by a NoSchedule or NoExecute taint, or withheld from the slice where the API server drops taints.",
+		}, []string{"action"}),
+		Degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "efakit_plugin_degraded_devices", Help: "Degraded devices, still allocated: marked by a taint of effect None, or not marked where the API server keeps no such taint.",
+		}, []string{"action"}),
+		Grade: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "efakit_plugin_device_health", Help: "1 for each device that is not healthy, with its grade (Degraded, Unhealthy) and reason.",
+		}, []string{"device", "grade", "reason"}),
+	}
 	m.StandingAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "efakit_plugin_standing_aside", Help: "1 while the plugin publishes and prepares nothing, by reason.",
 	}, []string{"reason"})
@@ -101,7 +122,7 @@ func New() *Metrics {
 		Name: "efakit_plugin_claim_status_writes_total", Help: "Writes of prepared claims' status.devices (server-side apply), by outcome: written, retry, gone (the claim was deleted or deallocated meanwhile), forbidden, dropped (the API server keeps no device status), failed.",
 	}, []string{"outcome"})
 	m.Registry.MustRegister(m.StorageWritable, m.ClaimStatus)
-	m.Registry.MustRegister(m.Calls, m.Latency, m.Wait, m.Scans.Devices, m.Published, m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Unhealthy, m.StandingAside,
+	m.Registry.MustRegister(m.Calls, m.Latency, m.Wait, m.Scans.Devices, m.Published, m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Health.Unhealthy, m.Health.Degraded, m.Health.Grade, m.StandingAside,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

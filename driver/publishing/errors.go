@@ -53,6 +53,23 @@ func (p *Publisher) HandleError(ctx context.Context, err error, msg string) {
 			return
 		}
 	}
+	if noneEffectRefused(err) {
+		// An API server from before the effect None refuses the taints
+		// that mark degraded devices: they are published unmarked, their
+		// grade said by the kubelet's report, the claims' status, Events
+		// and metrics.
+		p.mu.Lock()
+		first := !p.refused.NoneEffect
+		p.refused.NoneEffect = true
+		p.mu.Unlock()
+		if first {
+			const why = "the API server refuses device taints of effect None: degraded EFAs are published without their taint (their grade is in the claims' status, the kubelet's health report, Events and metrics)"
+			klog.FromContext(ctx).Info("API server refuses the taint effect None", "then", why, "refused", err.Error())
+			p.opts.Events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", why)
+			p.opts.AskRescan()
+			return
+		}
+	}
 	klog.FromContext(ctx).Error(err, msg)
 	p.opts.Events.Record(corev1.EventTypeWarning, events.ReasonPublishFailed, "", msg+": "+err.Error())
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) {
@@ -144,6 +161,26 @@ func numaListRefused(err error) bool {
 	}
 	for _, c := range s.Details.Causes {
 		if strings.HasSuffix(c.Field, ".attributes["+string(resources.AttrNUMANode)+"]") {
+			return true
+		}
+	}
+	return false
+}
+
+// noneEffectRefused reports whether err is the API server refusing a
+// slice for a device taint of effect None (a field path that ends in
+// .taints[n].effect, the value None not supported).
+func noneEffectRefused(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	s := st.Status()
+	if s.Reason != metav1.StatusReasonInvalid || s.Details == nil {
+		return false
+	}
+	for _, c := range s.Details.Causes {
+		if strings.Contains(c.Field, ".taints[") && strings.HasSuffix(c.Field, "].effect") && strings.Contains(c.Message, `"None"`) {
 			return true
 		}
 	}

@@ -57,6 +57,9 @@ type Refused struct {
 	// (DRAConsumableCapacity off), so EFAs are published for one claim at
 	// a time whatever --sharing says.
 	Sharing bool
+	// NoneEffect: the API server refuses taints of effect None (it
+	// predates the effect), so degraded devices are published unmarked.
+	NoneEffect bool
 	// NUMAList: the API server refuses numaNode in list form, so it is
 	// published as a number whatever --numa-list says.
 	NUMAList bool
@@ -121,17 +124,24 @@ func (p *Publisher) Config() resources.Config {
 // instead. It reports whether it published.
 func (p *Publisher) Publish(ctx context.Context, snap *inventory.Snapshot) (bool, error) {
 	p.mu.Lock()
-	pub, withhold := p.to, p.refused.Taints
-	cur, n := snap.Published(p.opts.Config, withhold)
+	pub, support := p.to, resources.TaintSupport{NoTaints: p.refused.Taints, NoNoneEffect: p.refused.NoneEffect}
+	cur, n := snap.Published(p.opts.Config, support)
 	same := cur != nil && p.published != nil && apiequality.Semantic.DeepEqual(*p.published, *cur)
 	prev := p.published
 	p.mu.Unlock()
-	taint, withheld := float64(n), 0.0
-	if withhold {
-		taint, withheld = 0, float64(n)
+	unhealthy, degraded := p.opts.Metrics.Health.Unhealthy, p.opts.Metrics.Health.Degraded
+	unhealthy.WithLabelValues("taint").Set(float64(n.Unhealthy))
+	unhealthy.WithLabelValues("withhold").Set(0)
+	degraded.WithLabelValues("taint").Set(float64(n.Degraded))
+	degraded.WithLabelValues("none").Set(0)
+	if support.NoTaints {
+		unhealthy.WithLabelValues("taint").Set(0)
+		unhealthy.WithLabelValues("withhold").Set(float64(n.Unhealthy))
 	}
-	p.opts.Metrics.Unhealthy.WithLabelValues("taint").Set(taint)
-	p.opts.Metrics.Unhealthy.WithLabelValues("withhold").Set(withheld)
+	if support.NoTaints || support.NoNoneEffect {
+		degraded.WithLabelValues("taint").Set(0)
+		degraded.WithLabelValues("none").Set(float64(n.Degraded))
+	}
 	if pub == nil || cur == nil || same {
 		return false, nil
 	}

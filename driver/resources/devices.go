@@ -105,6 +105,10 @@ type Config struct {
 	// combinations hold.
 	Sharing SharingMode
 	Shares  int64
+	// UnhealthyEffect is the effect of an unhealthy device's taint:
+	// NoSchedule when empty, or NoExecute (evicts the pods that use it
+	// and do not tolerate it).
+	UnhealthyEffect resourceapi.DeviceTaintEffect
 }
 
 // Driver is the driver name: DriverName, or DefaultDriverName when empty.

@@ -326,6 +326,21 @@ func TestChartValues(t *testing.T) {
 		}
 	}
 
+	// The health policy's values reach the plugin's flags; the defaults
+	// are the plugin's own.
+	for _, o := range render(t) {
+		if v, ok := o.(*appsv1.DaemonSet); ok {
+			args := strings.Join(v.Spec.Template.Spec.Containers[0].Args, " ")
+			assert.Contains(t, args, "--health-window=5m --health-limits= --unhealthy-taint-effect=NoSchedule")
+		}
+	}
+	for _, o := range render(t, "--set", "health.window=2m", "--set", "health.limits=retransmit-timeouts=120", "--set", "health.unhealthyTaintEffect=NoExecute") {
+		if v, ok := o.(*appsv1.DaemonSet); ok {
+			args := strings.Join(v.Spec.Template.Spec.Containers[0].Args, " ")
+			assert.Contains(t, args, "--health-window=2m --health-limits=retransmit-timeouts=120 --unhealthy-taint-effect=NoExecute")
+		}
+	}
+
 	for _, o := range render(t, "--set", "admissionPolicy.enabled=false") {
 		if _, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok {
 			t.Error("admission policy rendered though disabled")

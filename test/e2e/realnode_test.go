@@ -7,10 +7,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,6 +142,9 @@ type realNode struct {
 
 	pluginHTTP string // efakit-plugin's /metrics, /readyz
 	accel      []*accelDriver
+	// kubeletGates are the kubelet's feature gates other than their
+	// defaults (nodeOptions.kubeletGates).
+	kubeletGates map[string]bool
 }
 
 // nodeOptions change a real node from the default.
@@ -148,6 +153,10 @@ type nodeOptions struct {
 	// of this size (a tmpfs: "1m"), mounted before containerd starts, so
 	// that a test can fill it or make it read-only.
 	cdiSize string
+	// kubeletGates set the kubelet's feature gates (featureGates in its
+	// configuration), e.g. ResourceHealthStatus: false for a kubelet that
+	// never opens the health stream, as 1.34 and 1.35 by default.
+	kubeletGates map[string]bool
 }
 
 // startRealNode starts containerd and a kubelet and waits until the node
@@ -173,7 +182,8 @@ func startRealNodeWith(t *testing.T, c *controlPlane, o nodeOptions) *realNode {
 	dir, err := os.MkdirTemp("", "efakit-node-")
 	require.NoError(t, err)
 	n := &realNode{t: t, c: c, name: strings.ToLower(host), dir: dir, bins: bins, procs: map[string]*exec.Cmd{},
-		sock: filepath.Join(dir, "containerd.sock"), kubelet: filepath.Join(dir, "kubelet"), cdi: filepath.Join(dir, "cdi")}
+		sock: filepath.Join(dir, "containerd.sock"), kubelet: filepath.Join(dir, "kubelet"), cdi: filepath.Join(dir, "cdi"),
+		kubeletGates: o.kubeletGates}
 	t.Cleanup(n.stop)
 	for _, d := range []string{"sysctl", "cni/bin", "cni/conf", "cni/data", "cdi", "kubelet/plugins", "kubelet/plugins_registry", "pod-logs", "containerd", "images"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
@@ -425,6 +435,12 @@ syncFrequency: %[6]s
 podLogsDir: %[4]s
 volumePluginDir: %[5]s
 `, n.sock, port, healthz, filepath.Join(n.dir, "pod-logs"), filepath.Join(n.dir, "kubelet/volume-plugins"), syncFrequency)
+	if len(n.kubeletGates) > 0 {
+		conf += "featureGates:\n"
+		for _, g := range slices.Sorted(maps.Keys(n.kubeletGates)) {
+			conf += fmt.Sprintf("  %s: %t\n", g, n.kubeletGates[g])
+		}
+	}
 	path := filepath.Join(n.dir, "kubelet.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 	cmd := n.inNamespace("kubelet", n.bins.kubelet, "--config", path, "--kubeconfig", filepath.Join(n.c.dir, "admin.kubeconfig"),

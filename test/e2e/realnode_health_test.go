@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/efakit/efakit/driver/claimstatus"
+	"github.com/efakit/efakit/driver/events"
+	"github.com/efakit/efakit/driver/resources"
+)
+
+// counterFile is the counter file rel (under the RDMA device's directory:
+// "hw_counters/no_completion_cmds", "ports/1/hw_counters/rdma_read_wr_err")
+// of the EFA at addr in the plugin's unpacked tree of fixture.
+func (n *realNode) counterFile(t *testing.T, fixture, addr, rel string) string {
+	t.Helper()
+	var found string
+	root := n.unpack(fixture)
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(p, "/"+addr+"/infiniband/") && strings.HasSuffix(p, "/"+rel) {
+			found = p
+		}
+		return nil
+	}))
+	require.NotEmpty(t, found, "%s of %s", rel, addr)
+	return found
+}
+
+// advance adds by to the counter in file, as the efa driver's counters
+// move.
+func advance(t *testing.T, file string, by uint64) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, "%d\n", v+by), 0o644))
+}
+
+// taintsOf are the published device's taints as key=value:effect.
+func (n *realNode) taintsOf(t *testing.T, dev string) []string {
+	var out []string
+	for _, tt := range n.publishedEFAs(t)[dev].Taints {
+		out = append(out, fmt.Sprintf("%s=%s:%s", tt.Key, tt.Value, tt.Effect))
+	}
+	return out
+}
+
+// TestRealNodeHealthWithoutStream: a kubelet without ResourceHealthStatus
+// (off by default before 1.36) never opens the health stream; the plugin's
+// own health checks still find a port gone DOWN and taint its EFA within
+// one health interval, and lift the taint when it is ACTIVE again.
+func TestRealNodeHealthWithoutStream(t *testing.T) {
+	c := apiServer(t)
+	n := startRealNodeWith(t, c, nodeOptions{kubeletGates: map[string]bool{"ResourceHealthStatus": false}})
+	const interval = 2 * time.Second
+	n.startEFAKit(p5Fixture, "--set", "healthInterval="+interval.String())
+	n.waitEFAs(t, 32)
+
+	const addr, dev = "0000:50:00.0", "efa-0000-50-00-0"
+	state := n.portState(t, p5Fixture, addr)
+	require.NoError(t, os.WriteFile(state, []byte("1: DOWN\n"), 0o644))
+	start := time.Now()
+	eventually(t, func() bool { return len(n.taintsOf(t, dev)) == 1 }, 30*time.Second, 50*time.Millisecond,
+		func() string { return "no taint; plugin log:\n" + n.logTail("efakit-plugin", 3000) })
+	took := time.Since(start)
+	t.Logf("tainted %s after the port went DOWN (health interval %s): %v", took.Round(time.Millisecond), interval, n.taintsOf(t, dev))
+	assert.Equal(t, []string{"dra.net/unhealthy=port-not-active:NoSchedule"}, n.taintsOf(t, dev))
+	assert.Less(t, took, interval+2*time.Second, "within one health interval (and the publish)")
+	assert.NotContains(t, n.pluginLog(), "The kubelet reads the devices' health", "this kubelet never opened the stream")
+
+	require.NoError(t, os.WriteFile(state, []byte("4: ACTIVE\n"), 0o644))
+	eventually(t, func() bool { return len(n.taintsOf(t, dev)) == 0 }, 30*time.Second, 50*time.Millisecond,
+		func() string { return fmt.Sprint(n.taintsOf(t, dev)) })
+}
+
+// TestRealNodeGradedHealth: a pod runs with one EFA; its counters advance
+// under it, as the efa driver's do. Work-request errors past their limit
+// make it Degraded, an admin command without completion Unhealthy, and a
+// window without either Healthy again. At each grade: the slice's taint
+// (effect None, then NoSchedule), the claim's Healthy condition, the pod's
+// status.containerStatuses[].allocatedResourcesStatus (the kubelet's
+// health stream), and an Event on the Node, as kubectl shows them.
+func TestRealNodeGradedHealth(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	n := startRealNode(t, c)
+	n.ensureNamespace()
+	n.startEFAKit(p5Fixture, "--set", "healthInterval=1s", "--set", "health.window=10s")
+	n.waitEFAs(t, 32)
+	createSeed(t, c, "seed-claims.yaml")
+	published := n.publishedEFAs(t)
+	ctx := context.Background()
+
+	_, claims := n.run(t, n.printerPod("graded", templateClaim("efa", "single-efa-claim")))
+	claim := claims["efa"].Name
+	var dev string
+	for dev = range n.waitEntries(t, claim, 1) {
+	}
+	addr := *published[dev].Attributes[resources.AttrPCIAddr].StringValue
+	assert.Contains(t, n.pluginLog(), "The kubelet reads the devices' health", "this kubelet holds the stream")
+
+	// What kubectl shows at each grade.
+	views := func(grade string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "--- %s: kubectl get resourceslice (device %s) -o yaml | grep -A4 taints:\n", grade, dev)
+		taints, err := yaml.Marshal(n.publishedEFAs(t)[dev].Taints)
+		require.NoError(t, err)
+		b.Write(taints)
+		fmt.Fprintf(&b, "--- kubectl get resourceclaim %s -o yaml (status.devices[].conditions):\n", claim)
+		conds, err := yaml.Marshal(n.statusEntries(t, claim)[dev].Conditions)
+		require.NoError(t, err)
+		b.Write(conds)
+		p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
+		require.NoError(t, err)
+		fmt.Fprintf(&b, "--- kubectl get pod graded -o yaml (status.containerStatuses[0].allocatedResourcesStatus):\n")
+		st, err := yaml.Marshal(p.Status.ContainerStatuses[0].AllocatedResourcesStatus)
+		require.NoError(t, err)
+		b.Write(st)
+		return b.String()
+	}
+	podHealth := func() (health, message string) {
+		p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, cs := range p.Status.ContainerStatuses {
+			for _, rs := range cs.AllocatedResourcesStatus {
+				for _, r := range rs.Resources {
+					if strings.Contains(string(r.ResourceID), dev) {
+						msg := ""
+						if r.Message != nil {
+							msg = *r.Message
+						}
+						return string(r.Health), msg
+					}
+				}
+			}
+		}
+		return "", ""
+	}
+	condition := func() metav1.Condition {
+		return conditionOf(n.statusEntries(t, claim)[dev], claimstatus.TypeHealthy)
+	}
+	grade := func(name, taint, reason, healthNow, msgPrefix string) {
+		t.Helper()
+		eventually(t, func() bool {
+			tt := n.taintsOf(t, dev)
+			h, msg := podHealth()
+			cond := condition()
+			return fmt.Sprint(tt) == taint && cond.Reason == reason && h == healthNow && strings.HasPrefix(msg, msgPrefix)
+		}, 90*time.Second, 200*time.Millisecond, func() string { return views(name) })
+		t.Logf("\n%s", views(name))
+	}
+
+	// Degraded: 12 failed RDMA reads within the window (limit 10).
+	advance(t, n.counterFile(t, p5Fixture, addr, "ports/1/hw_counters/rdma_read_wr_err"), 12)
+	grade("Degraded", "[dra.net/degraded=work-request-errors:None]", "WorkRequestErrors", "Unhealthy", "degraded: 12 failed RDMA work requests")
+	assert.Equal(t, metav1.ConditionFalse, condition().Status)
+
+	// Unhealthy: the device's admin queue stopped answering its driver.
+	advance(t, n.counterFile(t, p5Fixture, addr, "hw_counters/no_completion_cmds"), 1)
+	grade("Unhealthy", "[dra.net/unhealthy=admin-timeouts:NoSchedule]", "AdminTimeouts", "Unhealthy", "1 admin commands without completion")
+
+	// Neither counter moves for a window: Healthy again.
+	grade("Healthy again", "[]", "Healthy", "Healthy", "")
+	assert.Equal(t, metav1.ConditionTrue, condition().Status)
+
+	evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name})
+	require.NoError(t, err)
+	seen := map[string]string{}
+	for _, e := range evs.Items {
+		if e.Annotations[events.AnnotationDevice] == dev {
+			seen[e.Reason] = e.Type + ": " + e.Message
+		}
+	}
+	t.Logf("kubectl events --for node/%s (device %s): %v", n.name, dev, seen)
+	assert.Contains(t, seen[events.ReasonDegraded], corev1.EventTypeWarning+": EFA "+dev)
+	assert.Contains(t, seen[events.ReasonDegraded], "is degraded: 12 failed RDMA work requests")
+	assert.Contains(t, seen[events.ReasonUnhealthy], "is unhealthy: 1 admin commands without completion")
+	assert.Contains(t, seen[events.ReasonHealthy], "is healthy again")
+
+	// The pod ran on through every grade: no grade but NoExecute evicts.
+	p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.PodRunning, p.Status.Phase)
+}
