@@ -14,6 +14,7 @@ import (
 	"github.com/efakit/efakit/driver"
 	"github.com/efakit/efakit/driver/checkpoint"
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/efa/health"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -26,9 +27,13 @@ import (
 // statistics through an admin command, cached for the RDMA core's
 // lifespan). Its parts, each timed alone:
 //   - scan: topology.Scan, the devices, links and ports;
-//   - grade: every EFA's counters read and graded (resources.Grade);
+//   - counters: every EFA's counters read (the EFA exporter's read, which
+//     the checks share with the scrapes);
+//   - grade: the counters read graded (resources.Grade);
 //   - rescan: the plugin's whole health check on a steady node (scan,
-//     grade, build, nothing to publish), what runs every --health-interval.
+//     counters, grade, build, nothing to publish), what runs every
+//     --health-interval, with the exporter's cache off (a read every
+//     time).
 func BenchmarkHealthScan(b *testing.B) {
 	mem := withCounters(b, nil)
 	dir := filepath.Join(b.TempDir(), "sys")
@@ -47,14 +52,29 @@ func BenchmarkHealthScan(b *testing.B) {
 				}
 			}
 		})
+		b.Run(root.name+"/part=counters", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, d := range topo.Of(topology.KindEFA) {
+					if _, err := d.EFA.ReadCounters(root.fsys); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 		b.Run(root.name+"/part=grade", func(b *testing.B) {
 			tr := health.NewTracker(health.DefaultPolicy())
-			read := resources.ReadCounters(root.fsys, tr.Policy().Counters())
+			read := map[string]*efa.Counters{}
+			for _, d := range topo.Of(topology.KindEFA) {
+				c, err := d.EFA.ReadCounters(root.fsys)
+				require.NoError(b, err)
+				read[d.PCI.Address.String()] = c
+			}
 			now := time.Now()
 			b.ReportAllocs()
 			for b.Loop() {
 				now = now.Add(10 * time.Second)
-				if v := resources.Grade(topo, tr, read, now); len(v) != 32 {
+				if v := resources.Grade(topo, tr, resources.CountersOf(read), now); len(v) != 32 {
 					b.Fatal(len(v))
 				}
 			}
@@ -68,6 +88,7 @@ func BenchmarkHealthScan(b *testing.B) {
 			})
 			require.NoError(b, err)
 			p.SetPublisher(&recorder{})
+			p.EFAMetrics().CacheFor = 0
 			ctx := context.Background()
 			_, err = p.Rescan(ctx)
 			require.NoError(b, err)

@@ -138,8 +138,15 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	p.scanMu.Lock()
 	start := time.Now()
 	topo, scanErr := topology.Scan(p.sysfs)
-	// Each EFA's counters and port, added to its history, grade it.
-	verdicts := resources.Grade(topo, p.ops.grader, resources.ReadCounters(p.sysfs, p.ops.grader.Policy().Counters()), start)
+	// Each EFA's counters and port, added to its history, grade it. The
+	// counters are the EFA exporter's read (one read for the scrapes and
+	// the checks, its wait bounded: a hung device's read does not hold
+	// the scan).
+	// A new read each time; a scrape within the exporter's CacheFor
+	// after it is served this one. The EFAs read are those of the last
+	// snapshot: one that is new is graded on its counters from the next
+	// scan on (its first read is its baseline either way).
+	verdicts := resources.Grade(topo, p.ops.grader, resources.CountersOf(p.ops.efa.Counters(0)), start)
 	snap, changes, err := inventory.Build(topo, scanErr, p.pub.Config(), p.inv.Load(), verdicts)
 	efas := 0
 	for _, d := range snap.Devices {

@@ -90,6 +90,9 @@ func (t Target) labelValues() []string {
 type efaSample struct {
 	at      time.Time
 	metrics []prometheus.Metric
+	// counters are each EFA's counters as read, by PCI address; an EFA
+	// whose read did not return in time is absent.
+	counters map[string]*efa.Counters
 }
 
 // efaRound is one read in progress; every scrape that arrives meanwhile
@@ -215,11 +218,21 @@ func (m *EFA) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends the EFAs' metrics: the last read if it is younger than
 // CacheFor, else a new one, waited for at most Timeout.
 func (m *EFA) Collect(ch chan<- prometheus.Metric) {
-	for _, x := range m.sample().metrics {
+	for _, x := range m.sample(m.CacheFor).metrics {
 		ch <- x
 	}
 	m.fails.reads.Collect(ch)
 	m.fails.timeouts.Collect(ch)
+}
+
+// Counters are the EFAs' counters by PCI address, from the same reads the
+// scrapes get: the last one if younger than maxAge (and CacheFor), else a
+// new one, waited for at most Timeout. An EFA whose read has not returned
+// (a hung device: reading hw_counters asks the device) is absent, so the
+// health checks that read them wait no longer than a scrape. The caller
+// must not change them.
+func (m *EFA) Counters(maxAge time.Duration) map[string]*efa.Counters {
+	return m.sample(min(maxAge, m.CacheFor)).counters
 }
 
 func (m *EFA) now() time.Time {
@@ -229,9 +242,9 @@ func (m *EFA) now() time.Time {
 	return time.Now()
 }
 
-func (m *EFA) sample() *efaSample {
+func (m *EFA) sample(maxAge time.Duration) *efaSample {
 	m.mu.Lock()
-	if m.last != nil && m.now().Sub(m.last.at) < m.CacheFor {
+	if m.last != nil && m.now().Sub(m.last.at) < maxAge {
 		s := m.last
 		m.mu.Unlock()
 		return s
@@ -302,6 +315,7 @@ wait:
 	}
 	var late []string
 	var out []prometheus.Metric
+	counters := make(map[string]*efa.Counters, len(got))
 	for _, t := range targets {
 		rd, ok := got[t.PCIAddress]
 		if !ok {
@@ -309,6 +323,9 @@ wait:
 				late = append(late, t.Device)
 			}
 			continue
+		}
+		if rd.counters != nil {
+			counters[t.PCIAddress] = rd.counters
 		}
 		out = append(out, m.metricsOf(rd)...)
 		m.noteErrors(logger, rd)
@@ -319,7 +336,7 @@ wait:
 			"timeout", timeout, "late", late, "stillReadingFromBefore", stuck)
 	}
 
-	s := &efaSample{at: m.now(), metrics: out}
+	s := &efaSample{at: m.now(), metrics: out, counters: counters}
 	m.mu.Lock()
 	m.last, m.round, r.sample = s, nil, s
 	m.mu.Unlock()

@@ -2,7 +2,7 @@ package resources
 
 import (
 	"fmt"
-	"io/fs"
+	"maps"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -90,13 +90,21 @@ func Grade(t *topology.Topology, tr *health.Tracker, counters func(*efa.Device) 
 	return out
 }
 
-// ReadCounters reads, for Grade, the named counters of an EFA (a
-// policy's: health.Policy.Counters) as one map; what cannot be read is
-// left out, unknown.
-func ReadCounters(fsys fs.ReadLinkFS, names []string) func(*efa.Device) map[string]uint64 {
+// CountersOf is Grade's view of counters read by PCI address (as the
+// plugin's EFA exporter reads them): an EFA's device counters and its
+// first port's as one map; nil for an EFA not read.
+func CountersOf(read map[string]*efa.Counters) func(*efa.Device) map[string]uint64 {
 	return func(d *efa.Device) map[string]uint64 {
-		c, _ := d.ReadCountersNamed(fsys, names)
-		return c
+		c := read[d.PCI.Address.String()]
+		if c == nil {
+			return nil
+		}
+		out := make(map[string]uint64, len(c.Device)+32)
+		maps.Copy(out, c.Device)
+		if len(d.Ports) > 0 {
+			maps.Copy(out, c.Ports[d.Ports[0].Number])
+		}
+		return out
 	}
 }
 

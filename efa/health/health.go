@@ -199,7 +199,10 @@ type Tracker struct {
 }
 
 type history struct {
-	samples []Sample          // oldest first; the first is the window's baseline
+	// samples are those with counters, oldest first; the first is the
+	// window's baseline.
+	samples []Sample
+	state   string            // the port's state at the last sample that knew it
 	flaps   []time.Time       // the times the port's state was seen to change
 	fired   map[string]uint64 // the rules that hold, with the count each fired at
 }
@@ -223,18 +226,25 @@ func (t *Tracker) Observe(name string, s Sample, nodeRate float64) Verdict {
 		t.devs[name] = h
 	}
 	start := s.At.Add(-t.p.Window)
-	if n := len(h.samples); n > 0 {
-		last := h.samples[n-1]
-		if last.State != "" && s.State != "" && last.State != s.State {
+	if s.State != "" {
+		if h.state != "" && h.state != s.State {
 			h.flaps = append(h.flaps, s.At)
 		}
-		if reset(last.Counters, s.Counters) || !s.At.After(last.At) {
-			// The driver reloaded (its counters start again from 0) or
-			// the clock went back: the old samples say nothing now.
-			h.samples = h.samples[:0]
-		}
+		h.state = s.State
 	}
-	h.samples = append(h.samples, s)
+	// A sample without counters (not read in time, or not yet) leaves the
+	// counted history as it is.
+	if s.Counters != nil {
+		if n := len(h.samples); n > 0 {
+			last := h.samples[n-1]
+			if reset(last.Counters, s.Counters) || !s.At.After(last.At) {
+				// The driver reloaded (its counters start again from 0)
+				// or the clock went back: the old samples say nothing now.
+				h.samples = h.samples[:0]
+			}
+		}
+		h.samples = append(h.samples, s)
+	}
 	// Keep one sample at or before the window's start: the baseline the
 	// window's advance is counted from.
 	i := 0
@@ -266,9 +276,12 @@ func (t *Tracker) Observe(name string, s Sample, nodeRate float64) Verdict {
 			v.Grade, v.Reason = g, name
 		}
 	}
-	base := h.samples[0]
+	var base, now map[string]uint64
+	if len(h.samples) > 0 {
+		base, now = h.samples[0].Counters, h.samples[len(h.samples)-1].Counters
+	}
 	for _, r := range t.p.Rules {
-		count, ok := advance(base.Counters, s.Counters, r.Counters)
+		count, ok := advance(base, now, r.Counters)
 		if !ok {
 			delete(h.fired, r.Name)
 			continue

@@ -207,3 +207,22 @@ func TestParseLimits(t *testing.T) {
 		assert.Contains(t, err.Error(), want, in)
 	}
 }
+
+// TestSamplesWithoutCounters: a sample whose counters were not read (a
+// read that did not return in time, an EFA not yet read) is no baseline
+// and no reset: the rules count over the samples that have them.
+func TestSamplesWithoutCounters(t *testing.T) {
+	tr := health.NewTracker(health.DefaultPolicy())
+	none := sample(0, nil)
+	none.Counters = nil
+	assert.Equal(t, health.Healthy, tr.Observe("efa0", none, 100).Grade)
+	tr.Observe("efa0", sample(10*time.Second, nil), 100)
+	none.At = t0.Add(20 * time.Second)
+	v := tr.Observe("efa0", none, 100)
+	assert.Equal(t, health.Healthy, v.Grade)
+	assert.Empty(t, v.Counts[health.RuleAdminTimeouts])
+	v = tr.Observe("efa0", sample(30*time.Second, map[string]uint64{"no_completion_cmds": 1}), 100)
+	assert.Equal(t, health.Unhealthy, v.Grade, "counted from the first sample with counters")
+	none.At = t0.Add(40 * time.Second)
+	assert.Equal(t, health.Unhealthy, tr.Observe("efa0", none, 100).Grade, "a missed read does not clear a rule")
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -195,4 +196,124 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, corev1.PodRunning, p.Status.Phase)
+}
+
+// TestRealNodeDeviceTaintRule: an admin drains a node's EFAs with a
+// DeviceTaintRule (effect NoExecute) while the plugin taints one of them
+// itself. Through the real API server, scheduler, controller manager and
+// kubelet: the pod on an EFA of the node, without a toleration, is
+// evicted; a claim that tolerates the admin's taint is still allocated,
+// but never the EFA the plugin found unhealthy; the plugin's scans and
+// publishes leave the rule as the admin wrote it; deleting the rule
+// undoes the drain, and the plugin's own taint stays.
+func TestRealNodeDeviceTaintRule(t *testing.T) {
+	c := apiServer(t)
+	require.NoError(t, c.startSchedulerOnce())
+	n := startRealNode(t, c)
+	n.ensureNamespace()
+	n.startEFAKit(p5Fixture, "--set", "healthInterval=1s")
+	n.waitEFAs(t, 32)
+	ctx := context.Background()
+	claims := c.client.ResourceV1().ResourceClaims(nodeNS)
+
+	// The plugin's own taint: 0000:50:00.0's port DOWN.
+	const downDev = "efa-0000-50-00-0"
+	require.NoError(t, os.WriteFile(n.portState(t, p5Fixture, "0000:50:00.0"), []byte("1: DOWN\n"), 0o644))
+	eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 1 }, 30*time.Second, 50*time.Millisecond,
+		func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
+
+	at := func(name, addr string, tolerate bool) *resourceapi.ResourceClaim {
+		req := resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 1}
+		if addr != "" {
+			req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: `device.attributes["dra.net"].pciAddress == "` + addr + `"`}}}
+		}
+		if tolerate {
+			req.Tolerations = []resourceapi.DeviceToleration{{Key: "example.com/drain", Operator: resourceapi.DeviceTolerationOpExists}}
+		}
+		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeNS}}
+		cl.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &req}}
+		_, err := claims.Create(ctx, cl, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return cl
+	}
+	at("victim", "0000:4f:00.0", false)
+	n.run(t, n.printerPod("victim", sharedClaim("efa", "victim")))
+
+	// The admin drains every EFA of the node.
+	driver, pool := "dra.net", n.name
+	rule := &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "drain-" + n.name},
+		Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: &driver, Pool: &pool},
+			Taint:          resourceapi.DeviceTaint{Key: "example.com/drain", Value: "maintenance", Effect: resourceapi.DeviceTaintEffectNoExecute},
+		}}
+	rule, err := c.client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{}) })
+	start := time.Now()
+	eventually(t, func() bool {
+		_, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "victim", metav1.GetOptions{})
+		return err != nil
+	}, 90*time.Second, 200*time.Millisecond, func() string { return "the pod without a toleration still exists" })
+	t.Logf("pod evicted %s after the DeviceTaintRule", time.Since(start).Round(100*time.Millisecond))
+
+	// The plugin goes on scanning and publishing: its port comes back
+	// ACTIVE (a publish that lifts its own taint), then goes DOWN again.
+	require.NoError(t, os.WriteFile(n.portState(t, p5Fixture, "0000:50:00.0"), []byte("4: ACTIVE\n"), 0o644))
+	eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 0 }, 30*time.Second, 50*time.Millisecond, func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
+	require.NoError(t, os.WriteFile(n.portState(t, p5Fixture, "0000:50:00.0"), []byte("1: DOWN\n"), 0o644))
+	eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 1 }, 30*time.Second, 50*time.Millisecond, func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
+	now, err := c.client.ResourceV1().DeviceTaintRules().Get(ctx, rule.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, rule.Spec, now.Spec, "the admin's rule as written")
+	for _, m := range now.ManagedFields {
+		assert.NotContains(t, m.Manager, "efakit", "the plugin never writes the rule")
+	}
+	y, _ := yaml.Marshal(now.Status)
+	t.Logf("kubectl get devicetaintrule %s -o yaml (status):\n%s", rule.Name, y)
+	for dev, d := range n.publishedEFAs(t) {
+		for _, tt := range d.Taints {
+			assert.Equal(t, "dra.net/unhealthy", tt.Key, "%s: the slices hold only the plugin's taints", dev)
+		}
+	}
+
+	// A claim without a toleration gets no EFA of the node; one that
+	// tolerates the drain gets one, never the EFA the plugin tainted.
+	at("untolerated", "", false)
+	at("tolerated", "0000:50:00.0", true)
+	at("tolerated-any", "", true)
+	for _, name := range []string{"untolerated", "tolerated", "tolerated-any"} {
+		pod := n.printerPod(name, sharedClaim("efa", name))
+		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	n.waitPrinted(t, "tolerated-any")
+	for _, name := range []string{"untolerated", "tolerated"} {
+		eventually(t, func() bool {
+			p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err)
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+					return true
+				}
+			}
+			return false
+		}, 60*time.Second, 200*time.Millisecond, func() string { return name + " not found unschedulable" })
+	}
+	got, err := claims.Get(ctx, "tolerated-any", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, got.Status.Allocation)
+	assert.NotEqual(t, downDev, got.Status.Allocation.Devices.Results[0].Device)
+
+	// The drain ends: the untolerated claim is allocated; the plugin's
+	// own taint still keeps the DOWN EFA from the claim that asks for it.
+	require.NoError(t, c.client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{}))
+	n.waitPrinted(t, "untolerated")
+	time.Sleep(3 * time.Second)
+	cl, err := claims.Get(ctx, "tolerated", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Nil(t, cl.Status.Allocation, "the plugin's NoSchedule taint holds after the admin's rule is gone")
+	for _, name := range []string{"untolerated", "tolerated", "tolerated-any"} {
+		n.deletePod(t, name)
+	}
 }

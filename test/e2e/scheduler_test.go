@@ -66,9 +66,10 @@ func (c *controlPlane) startControllerManager(extra ...string) error {
 	}
 	// The DaemonSet controller and the root CA publisher (the
 	// kube-root-ca.crt ConfigMap a pod's service account token volume
-	// needs) run the chart's DaemonSet on the real node.
+	// needs) run the chart's DaemonSet on the real node; the device taint
+	// eviction controller evicts the pods of devices tainted NoExecute.
 	args := []string{"--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
-		"--leader-elect=false", "--controllers=resourceclaim-controller,daemonset-controller,root-ca-certificate-publisher-controller",
+		"--leader-elect=false", "--controllers=resourceclaim-controller,daemonset-controller,root-ca-certificate-publisher-controller,device-taint-eviction-controller",
 		"--root-ca-file", filepath.Join(c.dir, "certs", "apiserver.crt"), "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port)}
 	// EFAKIT_E2E_KCM_RATE=QPS/burst: the controller manager's client rate
 	// (its default is 20/30), to tell its share of a burst's start.
