@@ -146,7 +146,22 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	// after it is served this one. The EFAs read are those of the last
 	// snapshot: one that is new is graded on its counters from the next
 	// scan on (its first read is its baseline either way).
-	verdicts := resources.Grade(topo, p.ops.grader, resources.CountersOf(p.ops.efa.Counters(0)), start)
+	read := p.ops.efa.Counters(0)
+	verdicts := resources.Grade(topo, p.ops.grader, resources.CountersOf(read), start)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		counts := map[string]map[string]uint64{}
+		for name, v := range verdicts {
+			for rule, n := range v.Counts {
+				if n > 0 {
+					if counts[name] == nil {
+						counts[name] = map[string]uint64{}
+					}
+					counts[name][rule] = n
+				}
+			}
+		}
+		logger.Info("Graded", "countersRead", len(read), "efas", len(verdicts), "advancedInWindow", counts)
+	}
 	snap, changes, err := inventory.Build(topo, scanErr, p.pub.Config(), p.inv.Load(), verdicts)
 	efas := 0
 	for _, d := range snap.Devices {

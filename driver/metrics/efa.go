@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,7 +89,10 @@ func (t Target) labelValues() []string {
 }
 
 type efaSample struct {
-	at      time.Time
+	at time.Time
+	// key says which EFAs were read, labelled how (targetsKey): a sample
+	// serves only while the targets are the same.
+	key     string
 	metrics []prometheus.Metric
 	// counters are each EFA's counters as read, by PCI address; an EFA
 	// whose read did not return in time is absent.
@@ -243,8 +247,10 @@ func (m *EFA) now() time.Time {
 }
 
 func (m *EFA) sample(maxAge time.Duration) *efaSample {
+	targets := m.targets()
+	key := targetsKey(targets)
 	m.mu.Lock()
-	if m.last != nil && m.now().Sub(m.last.at) < maxAge {
+	if m.last != nil && m.last.key == key && m.now().Sub(m.last.at) < maxAge {
 		s := m.last
 		m.mu.Unlock()
 		return s
@@ -253,32 +259,31 @@ func (m *EFA) sample(maxAge time.Duration) *efaSample {
 	if r == nil {
 		r = &efaRound{done: make(chan struct{})}
 		m.round = r
-		go m.run(r, m.Timeout)
+		go m.run(r, targets, key, m.Timeout)
 	}
 	m.mu.Unlock()
 	<-r.done // run ends within the timeout
 	return r.sample
 }
 
-// run reads every EFA the plugin has, each in its own goroutine, and keeps
-// what was read within timeout as the new sample.
-func (m *EFA) run(r *efaRound, timeout time.Duration) {
+// targetsKey names a set of targets with their labels.
+func targetsKey(ts []Target) string {
+	var b strings.Builder
+	for _, t := range ts {
+		fmt.Fprintf(&b, "%s|%s|%s|%s|%s|%s|%s;", t.Device, t.PCIAddress, t.PCIeRoot, t.DRADevice, t.ClaimNamespace, t.ClaimName, t.ClaimUID)
+	}
+	return b.String()
+}
+
+// run reads every EFA of targets, each in its own goroutine, and keeps
+// what was read within timeout as the new sample. The targets come from
+// the plugin's snapshot and committed claim state, which no prepare
+// holds: reading them never waits.
+func (m *EFA) run(r *efaRound, targets []Target, key string, timeout time.Duration) {
 	logger := klog.Background()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	timedOut := false
-
-	// The targets come from the plugin's state, which a kubelet call
-	// holds while it writes the checkpoint: bounded too.
-	tc := make(chan []Target, 1)
-	go func() { tc <- m.targets() }()
-	var targets []Target
-	select {
-	case targets = <-tc:
-	case <-deadline.C:
-		timedOut = true
-		logger.Error(nil, "EFA metrics timed out waiting for the plugin's state", "timeout", timeout, "then", "no EFA in this scrape")
-	}
 
 	results := make(chan efaReading, len(targets)) // late reads never block
 	var stuck []string
@@ -336,7 +341,7 @@ wait:
 			"timeout", timeout, "late", late, "stillReadingFromBefore", stuck)
 	}
 
-	s := &efaSample{at: m.now(), metrics: out, counters: counters}
+	s := &efaSample{at: m.now(), key: key, metrics: out, counters: counters}
 	m.mu.Lock()
 	m.last, m.round, r.sample = s, nil, s
 	m.mu.Unlock()

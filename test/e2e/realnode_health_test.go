@@ -50,6 +50,27 @@ func advance(t *testing.T, file string, by uint64) {
 	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, "%d\n", v+by), 0o644))
 }
 
+// keepAdvancing adds by to the counter in file every period, as errors
+// that go on, until the returned stop is called.
+func keepAdvancing(t *testing.T, file string, by uint64, period time.Duration) (stop func()) {
+	t.Helper()
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			advance(t, file, by)
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
 // taintsOf are the published device's taints as key=value:effect.
 func (n *realNode) taintsOf(t *testing.T, dev string) []string {
 	var out []string
@@ -60,14 +81,17 @@ func (n *realNode) taintsOf(t *testing.T, dev string) []string {
 }
 
 // TestRealNodeHealthWithoutStream: a kubelet without ResourceHealthStatus
-// (off by default before 1.36) never opens the health stream; the plugin's
+// (off by default before 1.36; ResourceHealthStatusMessage, which needs
+// it, off too) never opens the health stream; the plugin's
 // own health checks still find a port gone DOWN and taint its EFA within
 // one health interval, and lift the taint when it is ACTIVE again.
 func TestRealNodeHealthWithoutStream(t *testing.T) {
 	c := apiServer(t)
-	n := startRealNodeWith(t, c, nodeOptions{kubeletGates: map[string]bool{"ResourceHealthStatus": false}})
+	n := startRealNodeWith(t, c, nodeOptions{kubeletGates: map[string]bool{"ResourceHealthStatus": false, "ResourceHealthStatusMessage": false}})
 	const interval = 2 * time.Second
-	n.startEFAKit(p5Fixture, "--set", "healthInterval="+interval.String())
+	// No periodic rescan for an hour, and a port's state sends no
+	// uevent: only the health checks can find the port DOWN.
+	n.startEFAKit(p5Fixture, "--set", "healthInterval="+interval.String(), "--set", "rescanInterval=1h")
 	n.waitEFAs(t, 32)
 
 	const addr, dev = "0000:50:00.0", "efa-0000-50-00-0"
@@ -79,7 +103,9 @@ func TestRealNodeHealthWithoutStream(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("tainted %s after the port went DOWN (health interval %s): %v", took.Round(time.Millisecond), interval, n.taintsOf(t, dev))
 	assert.Equal(t, []string{"dra.net/unhealthy=port-not-active:NoSchedule"}, n.taintsOf(t, dev))
-	assert.Less(t, took, interval+2*time.Second, "within one health interval (and the publish)")
+	// One interval, and the publish's round trip with slack for a busy
+	// machine: far below the hour's rescan that would otherwise find it.
+	assert.Less(t, took, interval+8*time.Second, "within one health interval (and the publish)")
 	assert.NotContains(t, n.pluginLog(), "The kubelet reads the devices' health", "this kubelet never opened the stream")
 
 	require.NoError(t, os.WriteFile(state, []byte("4: ACTIVE\n"), 0o644))
@@ -99,7 +125,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	require.NoError(t, c.startSchedulerOnce())
 	n := startRealNode(t, c)
 	n.ensureNamespace()
-	n.startEFAKit(p5Fixture, "--set", "healthInterval=1s", "--set", "health.window=10s")
+	n.startEFAKit(p5Fixture, "--set", "healthInterval=1s", "--set", "health.window=20s", "--set", "logVerbosity=4")
 	n.waitEFAs(t, 32)
 	createSeed(t, c, "seed-claims.yaml")
 	published := n.publishedEFAs(t)
@@ -130,15 +156,37 @@ func TestRealNodeGradedHealth(t *testing.T) {
 		st, err := yaml.Marshal(p.Status.ContainerStatuses[0].AllocatedResourcesStatus)
 		require.NoError(t, err)
 		b.Write(st)
+		fmt.Fprintf(&b, "--- efakit_plugin_device_health: %v\n", n.scrape(t, "efakit_plugin_device_health"))
+		fmt.Fprintf(&b, "--- scans: %v, EFA read timeouts: %v\n", n.scrape(t, "efakit_plugin_scan_seconds_count"), n.scrape(t, "efakit_efa_read_timeouts_total"))
+		for _, m := range n.scrape(t, "efakit_efa_rdma_read_work_request_errors_total") {
+			if m["pci_address"] == addr {
+				fmt.Fprintf(&b, "--- rdma_read_wr_err as exported: %v\n", m)
+			}
+		}
+		var lines, graded []string
+		for _, l := range strings.Split(n.pluginLog(), "\n") {
+			switch {
+			case strings.Contains(l, "\"Graded\""):
+				graded = append(graded, l)
+			case !strings.Contains(l, "Rescanning"):
+				lines = append(lines, l)
+			}
+		}
+		if len(graded) > 3 {
+			graded = graded[len(graded)-3:]
+		}
+		fmt.Fprintf(&b, "--- plugin log, scans left out:\n%s\n--- the last checks:\n%s\n", lastBytes(strings.Join(lines, "\n"), 5000), strings.Join(graded, "\n"))
 		return b.String()
 	}
 	podHealth := func() (health, message string) {
 		p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
 		require.NoError(t, err)
+		// The claim's one device, named by its CDI device ID
+		// (dra.net/efa=<claim UID>-efa).
 		for _, cs := range p.Status.ContainerStatuses {
 			for _, rs := range cs.AllocatedResourcesStatus {
 				for _, r := range rs.Resources {
-					if strings.Contains(string(r.ResourceID), dev) {
+					if rs.Name == "claim:efa" && strings.HasPrefix(string(r.ResourceID), "dra.net/efa=") {
 						msg := ""
 						if r.Message != nil {
 							msg = *r.Message
@@ -161,19 +209,25 @@ func TestRealNodeGradedHealth(t *testing.T) {
 			cond := condition()
 			return fmt.Sprint(tt) == taint && cond.Reason == reason && h == healthNow && strings.HasPrefix(msg, msgPrefix)
 		}, 90*time.Second, 200*time.Millisecond, func() string { return views(name) })
-		t.Logf("\n%s", views(name))
+		v := views(name)
+		t.Logf("\n%s", v[:strings.Index(v, "--- efakit_plugin_device_health")])
 	}
 
-	// Degraded: 12 failed RDMA reads within the window (limit 10).
-	advance(t, n.counterFile(t, p5Fixture, addr, "ports/1/hw_counters/rdma_read_wr_err"), 12)
-	grade("Degraded", "[dra.net/degraded=work-request-errors:None]", "WorkRequestErrors", "Unhealthy", "degraded: 12 failed RDMA work requests")
+	// Degraded: RDMA reads fail, 4 every 2 s (the limit is 10 within the
+	// window of 20 s), while the pod runs.
+	stopReads := keepAdvancing(t, n.counterFile(t, p5Fixture, addr, "ports/1/hw_counters/rdma_read_wr_err"), 4, 2*time.Second)
+	grade("Degraded", "[dra.net/degraded=work-request-errors:None]", "WorkRequestErrors", "Unhealthy", "degraded: ")
 	assert.Equal(t, metav1.ConditionFalse, condition().Status)
+	assert.Contains(t, condition().Message, "failed RDMA work requests in 20s (limit 10)")
 
-	// Unhealthy: the device's admin queue stopped answering its driver.
-	advance(t, n.counterFile(t, p5Fixture, addr, "hw_counters/no_completion_cmds"), 1)
-	grade("Unhealthy", "[dra.net/unhealthy=admin-timeouts:NoSchedule]", "AdminTimeouts", "Unhealthy", "1 admin commands without completion")
+	// Unhealthy: the device's admin queue stops answering its driver.
+	stopAdmin := keepAdvancing(t, n.counterFile(t, p5Fixture, addr, "hw_counters/no_completion_cmds"), 1, 5*time.Second)
+	grade("Unhealthy", "[dra.net/unhealthy=admin-timeouts:NoSchedule]", "AdminTimeouts", "Unhealthy", "")
+	assert.Contains(t, condition().Message, "admin commands without completion in 20s (limit 1)")
 
 	// Neither counter moves for a window: Healthy again.
+	stopReads()
+	stopAdmin()
 	grade("Healthy again", "[]", "Healthy", "Healthy", "")
 	assert.Equal(t, metav1.ConditionTrue, condition().Status)
 
@@ -188,8 +242,9 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	}
 	t.Logf("kubectl events --for node/%s (device %s): %v", n.name, dev, seen)
 	assert.Contains(t, seen[events.ReasonDegraded], corev1.EventTypeWarning+": EFA "+dev)
-	assert.Contains(t, seen[events.ReasonDegraded], "is degraded: 12 failed RDMA work requests")
-	assert.Contains(t, seen[events.ReasonUnhealthy], "is unhealthy: 1 admin commands without completion")
+	assert.Contains(t, seen[events.ReasonDegraded], "failed RDMA work requests in 20s (limit 10); still allocated")
+	assert.Contains(t, seen[events.ReasonUnhealthy], "admin commands without completion in 20s (limit 1)")
+	assert.Contains(t, seen[events.ReasonUnhealthy], "kept out of new allocations")
 	assert.Contains(t, seen[events.ReasonHealthy], "is healthy again")
 
 	// The pod ran on through every grade: no grade but NoExecute evicts.
@@ -229,7 +284,11 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 				Expression: `device.attributes["dra.net"].pciAddress == "` + addr + `"`}}}
 		}
 		if tolerate {
-			req.Tolerations = []resourceapi.DeviceToleration{{Key: "example.com/drain", Operator: resourceapi.DeviceTolerationOpExists}}
+			// With its effect: the eviction controller heeds only a
+			// toleration that names NoExecute (an empty effect, which the
+			// scheduler takes for every effect, does not stop an eviction).
+			req.Tolerations = []resourceapi.DeviceToleration{{Key: "example.com/drain", Operator: resourceapi.DeviceTolerationOpExists,
+				Effect: resourceapi.DeviceTaintEffectNoExecute}}
 		}
 		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeNS}}
 		cl.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &req}}
@@ -287,6 +346,32 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
+	eventually(t, func() bool {
+		cl, err := claims.Get(ctx, "tolerated-any", metav1.GetOptions{})
+		return err == nil && cl.Status.Allocation != nil
+	}, 60*time.Second, 200*time.Millisecond, func() string {
+		var b strings.Builder
+		pods, err := c.client.CoreV1().Pods(nodeNS).List(ctx, metav1.ListOptions{})
+		fmt.Fprintf(&b, "claim tolerated-any not allocated; pods (%v):\n", err)
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "  %s %s %+v\n", p.Name, p.Status.Phase, p.Status.Conditions)
+		}
+		cls, err := claims.List(ctx, metav1.ListOptions{})
+		fmt.Fprintf(&b, "claims (%v):\n", err)
+		for _, cl := range cls.Items {
+			fmt.Fprintf(&b, "  %s allocated=%t reservedFor=%v\n", cl.Name, cl.Status.Allocation != nil, cl.Status.ReservedFor)
+		}
+		for _, comp := range []string{"kube-scheduler", "kube-controller-manager"} {
+			var lines []string
+			for _, l := range strings.Split(c.logTail(comp, 1<<22), "\n") {
+				if strings.Contains(l, "tolerated") || strings.Contains(l, "drain") || strings.Contains(l, "victim") {
+					lines = append(lines, l)
+				}
+			}
+			fmt.Fprintf(&b, "%s log about them:\n%s\n", comp, lastBytes(strings.Join(lines, "\n"), 4000))
+		}
+		return b.String()
+	})
 	n.waitPrinted(t, "tolerated-any")
 	for _, name := range []string{"untolerated", "tolerated"} {
 		eventually(t, func() bool {
