@@ -308,7 +308,9 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 		}}
 	rule, err := c.client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{})
+	})
 	start := time.Now()
 	eventually(t, func() bool {
 		_, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "victim", metav1.GetOptions{})
