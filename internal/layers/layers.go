@@ -8,9 +8,11 @@ package layers
 // package takes its place in the layers when it is made.
 var Allowed = map[string][]string{
 	// The library: sysfs to typed devices to the topology.
-	"sysfs":       nil,
-	"pcie":        {"sysfs"},
-	"efa":         {"pcie", "sysfs"},
+	"sysfs": nil,
+	"pcie":  {"sysfs"},
+	"efa":   {"pcie", "sysfs"},
+	// Health grades from samples of counters and ports: no sysfs of its own.
+	"efa/health":  nil,
 	"host":        {"pcie", "sysfs"},
 	"host/uevent": nil,
 	"neuron":      {"pcie", "sysfs"},
@@ -21,7 +23,7 @@ var Allowed = map[string][]string{
 	// API types alone.
 	"cdi":                                  {"internal/atomicfile"},
 	"driver/checkpoint":                    {"internal/atomicfile"},
-	"driver/resources":                     {"efa", "host", "neuron", "pcie", "sysfs", "topology"},
+	"driver/resources":                     {"efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
 	"driver/podresources":                  nil,
 	"driver/podresources/podresourcestest": nil,
 	"doctor":                               {"cdi", "driver/resources", "efa", "host", "neuron", "pcie", "sysfs", "topology"},
@@ -36,23 +38,23 @@ var Allowed = map[string][]string{
 	// from entries the claim state builds; no hardware knowledge of its own.
 	"driver/claimstatus": nil,
 	// The inventory: the last scan's snapshot, built from the topology.
-	"driver/inventory": {"driver/resources", "efa", "host", "neuron", "pcie", "sysfs", "topology"},
+	"driver/inventory": {"driver/resources", "efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
 	// The parts that own state, each reading the inventory's snapshots:
 	// publishing, the owner check, and the claim state (the one lock a
 	// prepare takes).
 	"driver/publishing": {"driver/events", "driver/inventory", "driver/metrics", "driver/resources", "efa", "host", "internal/informerwait", "neuron", "pcie", "sysfs", "topology"},
 	"driver/owners":     {"driver/events", "driver/metrics", "driver/resources", "efa", "internal/informerwait", "pcie", "sysfs"},
 	"driver/claims": {"cdi", "driver/checkpoint", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics",
-		"driver/podresources", "driver/resources", "efa", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
+		"driver/podresources", "driver/resources", "efa", "efa/health", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin: an adapter over the parts above.
 	"driver": {"cdi", "driver/checkpoint", "driver/claims", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics", "driver/owners", "driver/podresources",
-		"driver/publishing", "driver/resources", "driver/uevents", "efa", "host", "host/uevent",
+		"driver/publishing", "driver/resources", "driver/uevents", "efa", "efa/health", "host", "host/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.
 	"cmd/efakit":        {"doctor", "driver/resources", "efa", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
-	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources", "driver/uevents"},
+	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources", "driver/uevents", "efa/health"},
 
 	// Tools and test support.
 	"internal/allocfeatures":       nil,
