@@ -226,3 +226,21 @@ func TestSamplesWithoutCounters(t *testing.T) {
 	none.At = t0.Add(40 * time.Second)
 	assert.Equal(t, health.Unhealthy, tr.Observe("efa0", none, 100).Grade, "a missed read does not clear a rule")
 }
+
+// FuzzParseLimits: --health-limits and HEALTH_LIMITS come from whoever
+// deploys the chart: any text is refused or taken, never a panic, and
+// what is taken prints back (Limits) as a value that parses to the same.
+func FuzzParseLimits(f *testing.F) {
+	for _, s := range []string{"", "retransmit-timeouts=120", "port-flaps=0,admin-timeouts=2", " , ", "x=1", "=", "a=b=c", "retransmit-timeouts=18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p := health.DefaultPolicy()
+		if err := p.ParseLimits(s); err != nil {
+			return
+		}
+		q := health.DefaultPolicy()
+		require.NoError(t, q.ParseLimits(p.Limits()))
+		assert.Equal(t, p.Limits(), q.Limits())
+	})
+}
