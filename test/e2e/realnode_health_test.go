@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -296,6 +297,26 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 		require.NoError(t, err)
 		return cl
 	}
+	// The claims go when the test ends (their pods are gone by then), so
+	// that another run on this control plane starts without them.
+	names := []string{"victim", "untolerated", "tolerated", "tolerated-any"}
+	removeClaims := func() {
+		for _, name := range names {
+			_ = claims.Delete(ctx, name, metav1.DeleteOptions{})
+		}
+		eventually(t, func() bool {
+			l, err := claims.List(ctx, metav1.ListOptions{})
+			require.NoError(t, err)
+			for _, cl := range l.Items {
+				if slices.Contains(names, cl.Name) {
+					return false
+				}
+			}
+			return true
+		}, 60*time.Second, 200*time.Millisecond, func() string { return "the test's claims not gone" })
+	}
+	removeClaims()
+	t.Cleanup(removeClaims)
 	at("victim", "0000:4f:00.0", false)
 	n.run(t, n.printerPod("victim", sharedClaim("efa", "victim")))
 
