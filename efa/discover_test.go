@@ -81,14 +81,6 @@ func TestDiscoverSmall(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, c.Device, 13)
 	assert.Contains(t, c.Ports[1], "rdma_read_bytes")
-
-	// The named ones only, from the directory each lives in; a name the
-	// device lacks is left out, a name that is no file name is an error.
-	named, err := d.ReadCountersNamed(smallSwitch().FS(), []string{"no_completion_cmds", "rdma_read_bytes", "retrans_timeout_events"})
-	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"no_completion_cmds": c.Device["no_completion_cmds"], "rdma_read_bytes": c.Ports[1]["rdma_read_bytes"]}, named)
-	_, err = d.ReadCountersNamed(smallSwitch().FS(), []string{"../hw_counters/x"})
-	assert.ErrorContains(t, err, "rdmap72s0")
 }
 
 // TestWithoutUevent: without uevent files the attribute files and driver

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,26 +152,23 @@ func (p *Publisher) withdrawAndStop(ctx context.Context, err error) {
 // for its numaNode attribute (the field path ends in
 // attributes[resource.kubernetes.io/numaNode]).
 func numaListRefused(err error) bool {
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
-		return false
-	}
-	s := st.Status()
-	if s.Reason != metav1.StatusReasonInvalid || s.Details == nil {
-		return false
-	}
-	for _, c := range s.Details.Causes {
-		if strings.HasSuffix(c.Field, ".attributes["+string(resources.AttrNUMANode)+"]") {
-			return true
-		}
-	}
-	return false
+	return invalidFor(err, func(c metav1.StatusCause) bool {
+		return strings.HasSuffix(c.Field, ".attributes["+string(resources.AttrNUMANode)+"]")
+	})
 }
 
 // noneEffectRefused reports whether err is the API server refusing a
 // slice for a device taint of effect None (a field path that ends in
 // .taints[n].effect, the value None not supported).
 func noneEffectRefused(err error) bool {
+	return invalidFor(err, func(c metav1.StatusCause) bool {
+		return strings.Contains(c.Field, ".taints[") && strings.HasSuffix(c.Field, "].effect") && strings.Contains(c.Message, `"None"`)
+	})
+}
+
+// invalidFor reports whether err is the API server refusing an object as
+// invalid for a cause that match accepts.
+func invalidFor(err error, match func(metav1.StatusCause) bool) bool {
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
 		return false
@@ -179,10 +177,5 @@ func noneEffectRefused(err error) bool {
 	if s.Reason != metav1.StatusReasonInvalid || s.Details == nil {
 		return false
 	}
-	for _, c := range s.Details.Causes {
-		if strings.Contains(c.Field, ".taints[") && strings.HasSuffix(c.Field, "].effect") && strings.Contains(c.Message, `"None"`) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.Details.Causes, match)
 }

@@ -141,18 +141,6 @@ func (p *Policy) SetLimit(name string, limit uint64) error {
 	return fmt.Errorf("no health rule %q (the rules: %s)", name, strings.Join(names, ", "))
 }
 
-// Counters are the counters the policy's rules read, each once, sorted.
-func (p Policy) Counters() []string {
-	var out []string
-	for _, r := range p.Rules {
-		if r.Limit > 0 {
-			out = append(out, r.Counters...)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // Validate says what is wrong with the policy, nil when nothing.
 func (p Policy) Validate() error {
 	switch {
