@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
@@ -27,6 +31,26 @@ type topoView struct {
 	// EFADriverVersion is module/efa/version; absent for the in-tree
 	// driver or a version unknown.
 	EFADriverVersion string `json:"efaDriverVersion,omitempty"`
+	// GPUDirect is each GPU with its closest EFAs: whether GPUDirect RDMA
+	// can work between them, and what blocks it.
+	GPUDirect []gpuDirectView `json:"gpuDirect"`
+}
+
+// gpuDirectView is one GPU-EFA pair's readiness.
+type gpuDirectView struct {
+	GPU        string `json:"gpu"`
+	GPUAddress string `json:"gpuAddress"`
+	EFA        string `json:"efa"`
+	EFAAddress string `json:"efaAddress"`
+	gpudirect.Pair
+}
+
+func newGPUDirectViews(pairs []gpudirect.Pair) []gpuDirectView {
+	out := []gpuDirectView{}
+	for _, p := range pairs {
+		out = append(out, gpuDirectView{GPU: p.GPU.Name, GPUAddress: p.GPU.PCI.Address.String(), EFA: p.EFA.Name, EFAAddress: p.EFA.PCI.Address.String(), Pair: p})
+	}
+	return out
 }
 
 type topoDeviceView struct {
@@ -133,6 +157,7 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("topo")
 	root := fl.String("sysfs", "/sys", "sysfs `root`: a directory or a capture file")
 	out := fl.String("o", "matrix", "output `format`: matrix or json")
+	proc := fl.String("proc", "", "proc file system `directory` for the GPUDirect checks (the NVIDIA driver's params, the kernel release); default /proc with --sysfs /sys, none otherwise")
 	if code, ok := parseFlags(fl, args, stdout, stderr); !ok {
 		return code
 	}
@@ -158,8 +183,11 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 		version, err = readDetails(r, t)
 		scanErr = errors.Join(scanErr, err)
 	}
+	pairs, err := assessGPUDirect(r, t, *root, *proc)
+	scanErr = errors.Join(scanErr, err)
 	v := newTopoView(t, names)
 	v.EFADriverVersion = version
+	v.GPUDirect = newGPUDirectViews(pairs)
 	if *out == "json" {
 		b, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {
@@ -260,10 +288,97 @@ func printMatrix(w io.Writer, t *topology.Topology, v topoView) {
 	} else if t.Host != nil {
 		fmt.Fprintf(w, "\nNo NUMA nodes in %s\n", host.NodeDir)
 	}
+	printGPUDirect(w, v)
 	for _, n := range v.Notes {
 		fmt.Fprintf(w, "\nNote: %s", n)
 	}
 	if len(v.Notes) > 0 {
 		fmt.Fprintln(w)
+	}
+}
+
+// assessGPUDirect judges each GPU with its closest EFAs; proc is read when
+// given, or when the root is the live /sys.
+func assessGPUDirect(fsys fs.ReadLinkFS, t *topology.Topology, root, proc string) ([]gpudirect.Pair, error) {
+	if proc == "" && filepath.Clean(root) == "/sys" {
+		proc = "/proc"
+	}
+	var pfs fs.FS
+	if proc != "" {
+		pfs = os.DirFS(proc)
+	}
+	r := sysfs.NewReader(fsys)
+	n, nerr := gpudirect.ReadNode(r, pfs)
+	pairs, err := gpudirect.Assess(r, t, n)
+	return pairs, errors.Join(nerr, err)
+}
+
+// printGPUDirect prints each pair's readiness, and what keeps those not
+// ready from it.
+func printGPUDirect(w io.Writer, v topoView) {
+	if len(v.GPUDirect) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nGPUDirect RDMA (each GPU with its closest EFAs):")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  GPU\tEFA\tLINK\tSTATUS\tREADY BY")
+	for _, p := range v.GPUDirect {
+		by := "-"
+		if r := p.Ready(); len(r) > 0 {
+			by = fmt.Sprint(r)
+			by = strings.Trim(by, "[]")
+		}
+		fmt.Fprintf(tw, "  %s %s\t%s %s\t%s\t%s\t%s\n", p.GPU, p.GPUAddress, p.EFA, p.EFAAddress, p.Link, p.Status, by)
+	}
+	tw.Flush()
+	// What blocks or is unknown: each check's finding on its first pair,
+	// with how many pairs it applies to.
+	type reason struct {
+		first string
+		n     int
+	}
+	var order []string
+	byCheck := map[string]*reason{}
+	add := func(p gpuDirectView, key string, f gpudirect.Finding) {
+		if f.Status == gpudirect.Ready {
+			return
+		}
+		if r, ok := byCheck[key]; ok {
+			r.n++
+			return
+		}
+		byCheck[key] = &reason{first: fmt.Sprintf("%s %s, %s: %s", p.GPU, p.EFA, key, f.Message), n: 1}
+		order = append(order, key)
+	}
+	for _, p := range v.GPUDirect {
+		if p.Status == gpudirect.Ready {
+			continue
+		}
+		for _, x := range p.Paths {
+			for _, f := range x.Findings {
+				add(p, string(x.Method)+" "+f.Check, f)
+			}
+		}
+		if p.ACS != nil {
+			add(p, p.ACS.Check, *p.ACS)
+		}
+	}
+	var reasons []string
+	for _, k := range order {
+		r := byCheck[k]
+		s := r.first
+		if r.n > 1 {
+			s += fmt.Sprintf(" (and %d more pairs)", r.n-1)
+		}
+		reasons = append(reasons, s)
+	}
+	if len(reasons) > 0 {
+		fmt.Fprintln(w, "\nWhat keeps pairs from ready (each check on the first pair it applies to):")
+		fmt.Fprintln(w)
+		for _, r := range reasons {
+			fmt.Fprintf(w, "  %s\n", r)
+		}
+		fmt.Fprintln(w, "\nefakit topo -o json gives every finding with its source; docs/operations.md, \"GPUDirect readiness\", says what each means.")
 	}
 }

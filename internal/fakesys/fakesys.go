@@ -5,6 +5,7 @@
 package fakesys
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"path"
@@ -334,3 +335,32 @@ func (b *Builder) AddNeuron(n Neuron) {
 }
 
 func fsMode(m uint32) fs.FileMode { return fs.FileMode(m) }
+
+// ExpressConfig returns the 4096 bytes of a PCI Express function's config
+// space as its config file gives them to a privileged reader: vendor and
+// device IDs, and an extended capability chain of Advanced Error Reporting
+// (0x0001 at 0x100) followed, when acs is not nil, by ACS (0x000d at
+// 0x148) with acs's registers.
+func ExpressConfig(vendor, device uint16, acs *pcie.ACS) []byte {
+	c := make([]byte, pcie.ConfigSizeExpress)
+	binary.LittleEndian.PutUint16(c[0:], vendor)
+	binary.LittleEndian.PutUint16(c[2:], device)
+	aer := uint32(0x0001) | 2<<16 // ID, version 2, next 0
+	if acs != nil {
+		aer |= 0x148 << 20
+		binary.LittleEndian.PutUint32(c[0x148:], uint32(0x000d)|1<<16)
+		binary.LittleEndian.PutUint16(c[0x14c:], acs.Capability)
+		binary.LittleEndian.PutUint16(c[0x14e:], acs.Control)
+	}
+	binary.LittleEndian.PutUint32(c[0x100:], aer)
+	return c
+}
+
+// Config writes a function's config file (added with AddPCI) with data.
+func (b *Builder) Config(addr string, data []byte) {
+	dir := b.pci[addr]
+	if dir == "" {
+		panic("fakesys: config of " + addr + ", which has no PCI function")
+	}
+	b.entries[dir+"/config"] = sysfs.Entry{Path: dir + "/config", Kind: sysfs.KindFile, Data: data, Mode: fsMode(0o644)}
+}

@@ -18,6 +18,9 @@ var Allowed = map[string][]string{
 	"neuron":      {"pcie", "sysfs"},
 	"topology":    {"efa", "host", "neuron", "pcie", "sysfs"},
 	"snapshot":    {"efa", "host", "neuron", "pcie", "sysfs"},
+	// GPUDirect readiness per GPU-EFA pair: the topology plus the NVIDIA
+	// and efa drivers' own files.
+	"gpudirect": {"efa", "host", "neuron", "pcie", "sysfs", "topology"},
 
 	// What is published and written, from the library's answers and the
 	// API types alone.
@@ -26,7 +29,7 @@ var Allowed = map[string][]string{
 	"driver/resources":                     {"efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
 	"driver/podresources":                  nil,
 	"driver/podresources/podresourcestest": nil,
-	"doctor":                               {"cdi", "driver/resources", "efa", "host", "neuron", "pcie", "sysfs", "topology"},
+	"doctor":                               {"cdi", "driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin's parts, one concern each: operations (metrics,
 	// Events, uevents), publishing and the checks for another owner. None
@@ -53,7 +56,7 @@ var Allowed = map[string][]string{
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.
-	"cmd/efakit":        {"doctor", "driver/resources", "efa", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
+	"cmd/efakit":        {"doctor", "driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
 	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources", "driver/uevents", "efa/health"},
 
 	// Tools and test support.
@@ -61,6 +64,7 @@ var Allowed = map[string][]string{
 	"internal/atomicfile":          nil,
 	"internal/informerwait":        nil,
 	"internal/fakesys":             {"pcie", "sysfs"},
+	"internal/gdrcases":            {"internal/fakesys", "pcie"},
 	"internal/fixturegen":          {"internal/fixturegen/machines", "sysfs"},
 	"internal/fixturegen/machines": {"internal/fakesys", "sysfs"},
 	"internal/fixturegen/scale":    {"internal/fakesys", "sysfs"},

@@ -1,0 +1,392 @@
+// Package gpudirect judges, from sysfs and the NVIDIA driver's proc files,
+// whether each GPU and its closest EFAs can use GPUDirect RDMA (the EFA
+// reading and writing GPU memory without a copy through host memory), and
+// what blocks a pair that cannot.
+//
+// An EFA reaches GPU memory by one of two paths, and user space picks
+// which (libfabric, aws-ofi-nccl and their settings):
+//
+//   - dma-buf: the GPU driver exports the memory as a dma-buf, which the
+//     efa driver imports (kernel 5.12 and later). Grace-Blackwell
+//     (coherent) platforms need it, and there the NVIDIA driver checks the
+//     PCIe topology of the pair before it lets the EFA attach.
+//   - peer-memory: the out-of-tree efa driver pins GPU memory through
+//     NVIDIA's nvidia_p2p interface, and says so in its p2p file.
+//
+// A pair is ready when either path is. Access Control Services on the
+// switch ports between the two decide only how fast, not whether.
+package gpudirect
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// Status is a path's or a pair's readiness; of two, the greater is worse.
+type Status int
+
+// The statuses, best first.
+const (
+	Ready Status = iota
+	// Slow: ready, but ACS sends the pair's traffic up to the root
+	// complex.
+	Slow
+	// Unknown: a fact the judgement needs was not available.
+	Unknown
+	Blocked
+)
+
+var statusNames = [...]string{"ready", "slow", "unknown", "blocked"}
+
+func (s Status) String() string { return statusNames[s] }
+
+// MarshalText prints String.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Method is a path from the EFA to GPU memory.
+type Method string
+
+// The paths.
+const (
+	DMABuf     Method = "dma-buf"
+	PeerMemory Method = "peer-memory"
+)
+
+// The checks a Finding comes from.
+const (
+	CheckNVIDIADriver   = "nvidia-driver"
+	CheckKernelDMABuf   = "kernel-dma-buf"
+	CheckNVIDIATopology = "nvidia-topology-check"
+	CheckEFAPeerMemory  = "efa-peer-memory"
+	CheckACS            = "acs"
+)
+
+// Sources of the rules, as the findings cite them.
+const (
+	SourceNVIDIATopology = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv-pci.c (nv_pci_is_valid_topology_for_direct_pci) and nv-dmabuf.c; NVIDIA driver 595.91.07 release notes; NVIDIA/aicr issues 2383 and 2439"
+	SourceDMABuf         = "aws-ofi-nccl pull requests 848 and 861 (dma-buf needs kernel 5.12; GB200 needs dma-buf); kernel drivers/infiniband/core/umem_dmabuf.c (5.12)"
+	SourceEFAP2P         = "amzn-drivers kernel/linux/efa/src/efa_sysfs.c, efa_p2p.c and efa_nvmem_impl.h"
+	SourceACS            = "PCI Express Base Specification, ACS extended capability; NCCL troubleshooting guide, PCI Access Control Services"
+	SourceNVIDIADriver   = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv.c (MODULE_VERSION)"
+)
+
+// Finding is what one check found.
+type Finding struct {
+	Check   string `json:"check"`
+	Status  Status `json:"status"`
+	Message string `json:"message"`
+	Source  string `json:"source"`
+}
+
+// Path is one method's judgement: its status is the worst of its
+// findings.
+type Path struct {
+	Method   Method    `json:"method"`
+	Status   Status    `json:"status"`
+	Findings []Finding `json:"findings"`
+}
+
+// Pair is a GPU and one of its closest EFAs.
+type Pair struct {
+	GPU  *topology.Device `json:"-"`
+	EFA  *topology.Device `json:"-"`
+	Link topology.Link    `json:"link"`
+	// Status is the best path's status, Slow instead of Ready when ACS
+	// redirects the pair's traffic.
+	Status Status `json:"status"`
+	// Paths are dma-buf, then peer-memory.
+	Paths []Path `json:"paths"`
+	// ACS is what the switch ports between the two do with peer-to-peer
+	// traffic; nil for a pair on different root complexes, where it
+	// crosses the host anyway.
+	ACS *Finding `json:"acs,omitempty"`
+}
+
+// Ready returns the methods whose path is ready.
+func (p Pair) Ready() []Method {
+	var out []Method
+	for _, x := range p.Paths {
+		if x.Status == Ready {
+			out = append(out, x.Method)
+		}
+	}
+	return out
+}
+
+// Reasons returns the findings that keep the pair's paths from ready,
+// each prefixed with its method: for a pair that is not ready, what to fix.
+func (p Pair) Reasons() []string {
+	var out []string
+	for _, x := range p.Paths {
+		for _, f := range x.Findings {
+			if f.Status != Ready {
+				out = append(out, fmt.Sprintf("%s: %s", x.Method, f.Message))
+			}
+		}
+	}
+	return out
+}
+
+// Assess judges each GPU of t with its closest EFAs (topology.Closest),
+// in the GPUs' order. It reads what the topology's scan leaves out: the
+// IOMMU groups of those GPUs and EFAs, the EFAs' gdr files and the config
+// space of the switch ports between them. It writes the first two into
+// t's devices, so call it before the topology is shared. Read errors are
+// returned joined; the facts they concern count as unknown.
+func Assess(r *sysfs.Reader, t *topology.Topology, n Node) ([]Pair, error) {
+	var errs []error
+	acs := map[*pcie.Device]acsRead{}
+	var pairs []Pair
+	for _, g := range t.Of(topology.KindGPU) {
+		if g.PCI == nil {
+			continue
+		}
+		errs = append(errs, pcie.ReadOptional(r, g.PCI, pcie.OptIOMMU))
+		for _, e := range t.Closest(g) {
+			if e.Kind != topology.KindEFA || e.PCI == nil || e.EFA == nil {
+				continue
+			}
+			errs = append(errs, pcie.ReadOptional(r, e.PCI, pcie.OptIOMMU), efa.ReadOptional(r, e.EFA, efa.OptGDR))
+			p := judge(t, g, e, n)
+			f, aerrs := acsFinding(r, acs, g.PCI, e.PCI)
+			errs = append(errs, aerrs...)
+			p.ACS = f
+			if p.Status == Ready && f != nil && f.Status == Slow {
+				p.Status = Slow
+			}
+			pairs = append(pairs, p)
+		}
+	}
+	return pairs, errors.Join(errs...)
+}
+
+// judge is the pair's paths, without ACS.
+func judge(t *topology.Topology, g, e *topology.Device, n Node) Pair {
+	p := Pair{GPU: g, EFA: e, Link: topology.PCILink(g.PCI, e.PCI)}
+	driver := nvidiaDriver(g.PCI, n)
+	coherent := Coherent(t, g)
+
+	dmabuf := []Finding{driver, kernelDMABuf(n)}
+	if coherent {
+		dmabuf = append(dmabuf, nvidiaTopology(g.PCI, e.PCI, n))
+	}
+	peer := []Finding{driver, efaPeerMemory(e.EFA, n)}
+	if coherent {
+		peer = append(peer, Finding{Check: CheckEFAPeerMemory, Status: Blocked, Source: SourceDMABuf,
+			Message: "a Grace (coherent) platform needs dma-buf for GPUDirect: aws-ofi-nccl does not use peer memory there"})
+	}
+	p.Paths = []Path{path(DMABuf, dmabuf), path(PeerMemory, peer)}
+	p.Status = min(p.Paths[0].Status, p.Paths[1].Status)
+	return p
+}
+
+func path(m Method, found []Finding) Path {
+	x := Path{Method: m, Findings: found}
+	for _, f := range found {
+		x.Status = max(x.Status, f.Status)
+	}
+	return x
+}
+
+// Coherent reports a GPU joined to its CPU by NVLink-C2C (Grace
+// Blackwell), where the NVIDIA driver checks the PCIe topology of a
+// dma-buf importer: an instance of the p6e family, or the HGX GB200's
+// device ID (10de:2941, pci.ids).
+func Coherent(t *topology.Topology, g *topology.Device) bool {
+	if t.Host != nil && strings.HasPrefix(t.Host.InstanceType, "p6e-") {
+		return true
+	}
+	return g.PCI != nil && g.PCI.Vendor == 0x10de && g.PCI.Device == 0x2941
+}
+
+// nvidiaDriver checks that the nvidia driver holds the GPU.
+func nvidiaDriver(g *pcie.Device, n Node) Finding {
+	f := Finding{Check: CheckNVIDIADriver, Source: SourceNVIDIADriver}
+	switch g.Driver {
+	case "nvidia":
+		v := n.NVIDIAVersion
+		if v == "" {
+			v = "version unknown: no " + NVIDIAVersionFile
+		}
+		f.Message = fmt.Sprintf("GPU %s bound to nvidia (%s)", g.Address, v)
+	case "":
+		f.Status = Blocked
+		f.Message = fmt.Sprintf("GPU %s is bound to no driver: load the nvidia module", g.Address)
+	default:
+		f.Status = Blocked
+		f.Message = fmt.Sprintf("GPU %s is bound to %s, not nvidia", g.Address, g.Driver)
+	}
+	return f
+}
+
+// kernelDMABuf checks the kernel can import a dma-buf into an RDMA memory
+// region (ib_umem_dmabuf, Linux 5.12).
+func kernelDMABuf(n Node) Finding {
+	f := Finding{Check: CheckKernelDMABuf, Source: SourceDMABuf}
+	major, minor, ok := KernelVersion(n.KernelRelease)
+	switch {
+	case !ok:
+		f.Status = Unknown
+		f.Message = "kernel release not read (proc " + KernelReleaseFile + ")"
+	case major < 5 || major == 5 && minor < 12:
+		f.Status = Blocked
+		f.Message = fmt.Sprintf("kernel %s cannot import a dma-buf into an RDMA memory region: that needs 5.12", n.KernelRelease)
+	default:
+		f.Message = fmt.Sprintf("kernel %s imports dma-bufs (5.12 and later)", n.KernelRelease)
+	}
+	return f
+}
+
+// efaPeerMemory checks that the efa driver found NVIDIA's peer-memory
+// interface: its p2p file names the first provider it found.
+func efaPeerMemory(e *efa.Device, n Node) Finding {
+	f := Finding{Check: CheckEFAPeerMemory, Source: SourceEFAP2P}
+	switch {
+	case strings.HasPrefix(e.P2P, "NVIDIA"):
+		f.Message = fmt.Sprintf("the efa driver's peer-memory provider is %q", e.P2P)
+	case e.GDR != nil && *e.GDR:
+		f.Message = "the efa driver found NVIDIA's peer-memory symbols (gdr: 1)"
+	case e.GDR != nil:
+		f.Status = Blocked
+		f.Message = "the efa driver found none of NVIDIA's peer-memory symbols (gdr: 0): reload efa with nvidia loaded"
+	case n.EFADriverVersion == "" && e.P2P == "":
+		f.Status = Blocked
+		f.Message = "the in-tree efa driver has no peer-memory path (no " + efa.DriverVersionFile + ", no p2p file): install the EFA installer's driver, or use dma-buf"
+	default:
+		f.Status = Blocked
+		f.Message = fmt.Sprintf("the efa driver %s found no NVIDIA peer-memory provider (p2p: %q); it looks for one when it loads: reload efa with nvidia loaded", n.EFADriverVersion, e.P2P)
+	}
+	return f
+}
+
+// nvidiaTopology is the NVIDIA driver's check before an EFA attaches a
+// coherent GPU's dma-buf with the PCIe mapping type. Before R595 the GPU
+// and the EFA had to share an IOMMU group, or the nvidia module had to be
+// loaded with GrdmaPciTopoCheckOverride=1. From R595 the parameter is gone:
+// one IOMMU group, or an EFA in none below a bridge it shares with the GPU.
+// Two functions without a group count as one group, as the kernel compares
+// their (nil) group pointers.
+func nvidiaTopology(g, e *pcie.Device, n Node) Finding {
+	f := Finding{Check: CheckNVIDIATopology, Source: SourceNVIDIATopology}
+	same := g.IOMMUGroup == e.IOMMUGroup
+	where := fmt.Sprintf("GPU %s (%s, %s) and EFA %s (%s, %s)", g.Address, group(g), g.Root, e.Address, group(e), e.Root)
+	if same {
+		f.Message = where + " share an IOMMU group"
+		return f
+	}
+	branch, ok := DriverBranch(n.NVIDIAVersion)
+	if !ok {
+		f.Status = Unknown
+		f.Message = where + ": the rule depends on the NVIDIA driver's branch, and " + NVIDIAVersionFile + " was not read"
+		return f
+	}
+	if branch >= 595 {
+		if e.IOMMUGroup == pcie.NoIOMMUGroup && sharedBridge(g, e) != nil {
+			f.Message = fmt.Sprintf("%s: the EFA is in no IOMMU group and shares bridge %s with the GPU", where, sharedBridge(g, e).Address)
+			return f
+		}
+		f.Status = Blocked
+		f.Message = fmt.Sprintf("%s: driver %s (R595 and later) lets an EFA attach only in the GPU's IOMMU group, or in none below a bridge it shares with the GPU; the dma-buf attach fails with \"topology not supported for mapping type FORCE_PCIE\". R595 has no override: use an R580 driver with NVreg_GrdmaPciTopoCheckOverride=1", where, n.NVIDIAVersion)
+		return f
+	}
+	v, known := n.NVIDIAParams[TopoCheckOverride]
+	switch {
+	case n.NVIDIAParams == nil:
+		f.Status = Unknown
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups: driver %s lets the EFA attach only with %s=1, and proc %s was not read", where, n.NVIDIAVersion, TopoCheckOverride, NVIDIAParamsFile)
+	case known && v == "1":
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: 1", where, n.NVIDIAVersion, TopoCheckOverride)
+	case !known || v == "0":
+		f.Status = Blocked
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups and driver %s lacks %s=1: the dma-buf attach fails with \"topology not supported for mapping type FORCE_PCIE\"; load nvidia with NVreg_%s=1", where, n.NVIDIAVersion, TopoCheckOverride, TopoCheckOverride)
+	default:
+		f.Status = Unknown
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: %s, a value whose meaning is not known", where, n.NVIDIAVersion, TopoCheckOverride, pcie.Printable(clip(v)))
+	}
+	return f
+}
+
+func group(d *pcie.Device) string {
+	if d.IOMMUGroup == pcie.NoIOMMUGroup {
+		return "no IOMMU group"
+	}
+	return fmt.Sprintf("IOMMU group %d", d.IOMMUGroup)
+}
+
+// sharedBridge is the deepest bridge above both, nil when none (different
+// root complexes, or both on the root bus).
+func sharedBridge(a, b *pcie.Device) *pcie.Device {
+	above := map[*pcie.Device]bool{}
+	for p := b.Parent; p != nil; p = p.Parent {
+		above[p] = true
+	}
+	for p := a.Parent; p != nil; p = p.Parent {
+		if above[p] {
+			return p
+		}
+	}
+	return nil
+}
+
+// acsRead is one port's ACS, read once per Assess.
+type acsRead struct {
+	acs *pcie.ACS
+	err error
+}
+
+// acsFinding checks the ports a peer-to-peer request between a and b
+// enters the switch by: the bridges below the deepest one they share. nil
+// when they share none.
+func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Device) (*Finding, []error) {
+	shared := sharedBridge(a, b)
+	if shared == nil {
+		return nil, nil
+	}
+	var ports []*pcie.Device
+	for _, d := range []*pcie.Device{a, b} {
+		for p := d.Parent; p != nil && p != shared; p = p.Parent {
+			ports = append(ports, p)
+		}
+	}
+	f := &Finding{Check: CheckACS, Source: SourceACS}
+	var redirect, unknown []string
+	var errs []error
+	for _, p := range ports {
+		x, ok := cache[p]
+		if !ok {
+			x.acs, x.err = pcie.ReadACS(r, p)
+			cache[p] = x
+			if x.err != nil && !errors.Is(x.err, pcie.ErrConfigHidden) && !errors.Is(x.err, fs.ErrNotExist) {
+				errs = append(errs, x.err)
+			}
+		}
+		switch {
+		case errors.Is(x.err, pcie.ErrConfigHidden):
+			unknown = append(unknown, p.Address.String()+" (config space past 64 bytes needs root)")
+		case x.err != nil:
+			unknown = append(unknown, p.Address.String()+" (config not read)")
+		case x.acs != nil && x.acs.Redirects():
+			redirect = append(redirect, fmt.Sprintf("%s (%s)", p.Address, x.acs))
+		}
+	}
+	switch {
+	case len(redirect) > 0:
+		f.Status = Slow
+		f.Message = "ACS redirects peer-to-peer traffic to the root complex at " + strings.Join(redirect, ", ")
+	case len(unknown) > 0:
+		f.Status = Unknown
+		f.Message = "ACS unknown at " + strings.Join(unknown, ", ")
+	case len(ports) == 0:
+		f.Message = fmt.Sprintf("the pair meets at bridge %s, through no other port", shared.Address)
+	default:
+		f.Message = fmt.Sprintf("no port between them redirects peer-to-peer traffic (%d checked)", len(ports))
+	}
+	return f, errs
+}

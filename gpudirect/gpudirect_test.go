@@ -1,0 +1,300 @@
+package gpudirect_test
+
+import (
+	"io/fs"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/gdrcases"
+	"github.com/efakit/efakit/internal/testfixture"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
+)
+
+// proc is a proc root with the kernel release and, unless params is "-",
+// the nvidia module's parameters.
+func proc(kernel, params string) fstest.MapFS {
+	m := fstest.MapFS{}
+	if kernel != "" {
+		m[gpudirect.KernelReleaseFile] = &fstest.MapFile{Data: []byte(kernel + "\n")}
+	}
+	if params != "-" {
+		m[gpudirect.NVIDIAParamsFile] = &fstest.MapFile{Data: []byte(params)}
+	}
+	return m
+}
+
+const (
+	al2023 = "6.1.119-129.201.amzn2023.aarch64"
+	al2    = "5.10.228-219.884.amzn2.x86_64"
+	// paramsOverride is /proc/driver/nvidia/params in part, with the
+	// parameter NVIDIA/aicr's GB200 recipes set.
+	paramsOverride = "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nRegistryDwords: \"\"\nGrdmaPciTopoCheckOverride: 1\n"
+	paramsDefault  = "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nRegistryDwords: \"\"\n"
+)
+
+func assess(t *testing.T, m gdrcases.Machine, p fstest.MapFS) gpudirect.Pair {
+	t.Helper()
+	r := sysfs.NewReader(m.Build().FS())
+	topo, err := topology.Scan(r.FS())
+	require.NoError(t, err)
+	node, err := gpudirect.ReadNode(r, nilIfEmpty(p))
+	require.NoError(t, err)
+	pairs, err := gpudirect.Assess(r, topo, node)
+	require.NoError(t, err)
+	require.Len(t, pairs, 1)
+	return pairs[0]
+}
+
+// nilIfEmpty is no proc root for an empty one.
+func nilIfEmpty(p fstest.MapFS) fs.FS {
+	if len(p) == 0 {
+		return nil
+	}
+	return p
+}
+
+func captures(t *testing.T) map[string]string { return testfixture.Captures(t, "..") }
+
+// finding returns the pair's finding of a check on a path.
+func finding(t *testing.T, p gpudirect.Pair, m gpudirect.Method, check string) gpudirect.Finding {
+	t.Helper()
+	for _, x := range p.Paths {
+		if x.Method != m {
+			continue
+		}
+		for _, f := range x.Findings {
+			if f.Check == check {
+				return f
+			}
+		}
+	}
+	t.Fatalf("no %s finding on the %s path", check, m)
+	return gpudirect.Finding{}
+}
+
+func status(p gpudirect.Pair, m gpudirect.Method) gpudirect.Status {
+	for _, x := range p.Paths {
+		if x.Method == m {
+			return x.Status
+		}
+	}
+	return -1
+}
+
+// TestP6e: the GB200/GB300 cases of NVIDIA's topology check. The EFA is in
+// no IOMMU group and on another root complex than the GPU, as NVIDIA/aicr
+// measured on p6e-gb300r (EFA 0000:97:00.0 under pci0000:84, GPU
+// 0000:9d:00.0 in group 0 under pci0000:98).
+func TestP6e(t *testing.T) {
+	t.Parallel()
+	p6e := gdrcases.Machine{Product: "p6e-gb300r.36xlarge", EFAID: 0xefa3, NoGroup: true, P2P: "NVIDIA", EFAModule: "2.17.1g"}
+	for _, tc := range []struct {
+		name    string
+		m       gdrcases.Machine
+		proc    fstest.MapFS
+		want    gpudirect.Status
+		message string // in the topology check's message
+	}{
+		{"R595 apart: blocked, no override", withNVIDIA(p6e, "595.91.07"), proc(al2023, paramsOverride), gpudirect.Blocked, "R595 has no override"},
+		{"R580 with the override", withNVIDIA(p6e, "580.173.02"), proc(al2023, paramsOverride), gpudirect.Ready, "GrdmaPciTopoCheckOverride: 1"},
+		{"R580 without the override", withNVIDIA(p6e, "580.173.02"), proc(al2023, paramsDefault), gpudirect.Blocked, "lacks GrdmaPciTopoCheckOverride=1"},
+		{"R580, params not read", withNVIDIA(p6e, "580.173.02"), proc(al2023, "-"), gpudirect.Unknown, "was not read"},
+		{"driver version unknown", p6e, proc(al2023, paramsOverride), gpudirect.Unknown, "module/nvidia/version was not read"},
+		{"R595, EFA in no group below the GPU's switch", func() gdrcases.Machine { m := withNVIDIA(p6e, "595.91.07"); m.Shared = true; return m }(), proc(al2023, "-"), gpudirect.Ready, "shares bridge 0000:45:00.0"},
+		{"R595, one IOMMU group for neither", func() gdrcases.Machine { m := withNVIDIA(p6e, "595.91.07"); m.NoGroup = false; return m }(), proc(al2023, "-"), gpudirect.Blocked, "R595 has no override"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := assess(t, tc.m, tc.proc)
+			assert.Equal(t, tc.want, p.Status, "%v", p.Reasons())
+			assert.Equal(t, tc.want, status(p, gpudirect.DMABuf))
+			f := finding(t, p, gpudirect.DMABuf, gpudirect.CheckNVIDIATopology)
+			assert.Contains(t, f.Message, tc.message)
+			assert.Equal(t, gpudirect.Blocked, status(p, gpudirect.PeerMemory), "a coherent GPU needs dma-buf")
+		})
+	}
+}
+
+func withNVIDIA(m gdrcases.Machine, v string) gdrcases.Machine {
+	m.NVIDIA = v
+	return m
+}
+
+// TestPeerMemory: the x86 cases (p4d to p5en), where the EFA may also reach
+// GPU memory through the efa driver's peer-memory provider.
+func TestPeerMemory(t *testing.T) {
+	t.Parallel()
+	p5 := gdrcases.Machine{Product: "p5.48xlarge", Shared: true, P2P: "NVIDIA", EFAModule: "2.13.0g", NVIDIA: "580.105.08"}
+	for _, tc := range []struct {
+		name       string
+		m          gdrcases.Machine
+		proc       fstest.MapFS
+		want       gpudirect.Status
+		peer       gpudirect.Status
+		dmabuf     gpudirect.Status
+		reasonPart string
+	}{
+		{"p2p NVIDIA", p5, proc(al2023, "-"), gpudirect.Ready, gpudirect.Ready, gpudirect.Ready, ""},
+		{"p2p NVIDIA peermem, kernel unknown", func() gdrcases.Machine { m := p5; m.P2P = "NVIDIA peermem"; return m }(), nil, gpudirect.Ready, gpudirect.Ready, gpudirect.Unknown, "kernel release not read"},
+		{"in-tree efa on AL2", func() gdrcases.Machine { m := p5; m.P2P, m.EFAModule = "", ""; return m }(), proc(al2, "-"), gpudirect.Blocked, gpudirect.Blocked, gpudirect.Blocked, "in-tree efa driver"},
+		{"p2p names no provider", func() gdrcases.Machine { m := p5; m.P2P, m.EmptyP2P = "", true; return m }(), proc(al2, "-"), gpudirect.Blocked, gpudirect.Blocked, gpudirect.Blocked, "found no NVIDIA peer-memory provider"},
+		{"gdr 0, kernel unknown", func() gdrcases.Machine { m := p5; m.P2P, m.GDR, m.EFAModule = "", "0", "2.1.1g"; return m }(), nil, gpudirect.Unknown, gpudirect.Blocked, gpudirect.Unknown, "gdr: 0"},
+		{"gdr 1", func() gdrcases.Machine { m := p5; m.P2P, m.GDR, m.EFAModule = "", "1", "2.1.1g"; return m }(), proc(al2, "-"), gpudirect.Ready, gpudirect.Ready, gpudirect.Blocked, "needs 5.12"},
+		{"GPU without a driver", func() gdrcases.Machine { m := p5; m.GPUDriver = "-"; return m }(), proc(al2023, "-"), gpudirect.Blocked, gpudirect.Blocked, gpudirect.Blocked, "bound to no driver"},
+		{"GPU on vfio-pci", func() gdrcases.Machine { m := p5; m.GPUDriver = "vfio-pci"; return m }(), proc(al2023, "-"), gpudirect.Blocked, gpudirect.Blocked, gpudirect.Blocked, "bound to vfio-pci, not nvidia"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := assess(t, tc.m, tc.proc)
+			assert.Equal(t, tc.want, p.Status, "%v", p.Reasons())
+			assert.Equal(t, tc.peer, status(p, gpudirect.PeerMemory))
+			assert.Equal(t, tc.dmabuf, status(p, gpudirect.DMABuf))
+			assert.Equal(t, topology.LinkPXB, p.Link)
+			if tc.reasonPart != "" {
+				assert.Contains(t, strings.Join(p.Reasons(), "\n"), tc.reasonPart)
+			}
+			if tc.want == gpudirect.Ready {
+				assert.Empty(t, nonReady(p))
+			}
+		})
+	}
+}
+
+// nonReady lists the paths that are not ready.
+func nonReady(p gpudirect.Pair) []gpudirect.Method {
+	var out []gpudirect.Method
+	for _, x := range p.Paths {
+		if x.Status != gpudirect.Ready {
+			out = append(out, x.Method)
+		}
+	}
+	if len(out) == len(p.Paths) {
+		return out
+	}
+	return nil
+}
+
+// TestACS: request redirect on the switch's downstream ports makes a
+// ready pair slow; config space an unprivileged reader cannot see leaves
+// ACS unknown without changing the status.
+func TestACS(t *testing.T) {
+	t.Parallel()
+	p5 := gdrcases.Machine{Product: "p5.48xlarge", Shared: true, P2P: "NVIDIA", EFAModule: "2.13.0g", NVIDIA: "580.105.08"}
+
+	redirect := p5
+	redirect.ACS = &pcie.ACS{Capability: 0x5f, Control: pcie.ACSSourceValidation | pcie.ACSRequestRedirect | pcie.ACSCompletionRedirect | pcie.ACSUpstreamForwarding}
+	p := assess(t, redirect, proc(al2023, "-"))
+	assert.Equal(t, gpudirect.Slow, p.Status)
+	require.NotNil(t, p.ACS)
+	assert.Equal(t, gpudirect.Slow, p.ACS.Status)
+	assert.Contains(t, p.ACS.Message, "0000:46:01.0 (SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-)")
+	assert.Contains(t, p.ACS.Message, "0000:46:01.4")
+	assert.NotContains(t, p.ACS.Message, "0000:45:00.0", "the shared bridge is not where the traffic enters")
+
+	off := p5
+	off.ACS = &pcie.ACS{Capability: 0x5f}
+	p = assess(t, off, proc(al2023, "-"))
+	assert.Equal(t, gpudirect.Ready, p.Status)
+	assert.Equal(t, gpudirect.Ready, p.ACS.Status)
+	assert.Contains(t, p.ACS.Message, "2 checked")
+
+	hidden := redirect
+	hidden.HideACS = true
+	p = assess(t, hidden, proc(al2023, "-"))
+	assert.Equal(t, gpudirect.Ready, p.Status)
+	assert.Equal(t, gpudirect.Unknown, p.ACS.Status)
+	assert.Contains(t, p.ACS.Message, "needs root")
+
+	apart := gdrcases.Machine{Product: "p5.48xlarge", P2P: "NVIDIA", EFAModule: "2.13.0g", NVIDIA: "580.105.08", ACS: redirect.ACS}
+	p = assess(t, apart, proc(al2023, "-"))
+	assert.Nil(t, p.ACS, "pairs on two root complexes cross the host: no switch port to judge")
+	assert.Equal(t, gpudirect.Ready, p.Status)
+}
+
+// TestFixtures: every bundled fixture is assessed without errors, each
+// GPU with its closest EFAs, and the judgement is the one its facts allow:
+// without a proc root or the nvidia module's version, dma-buf is unknown.
+func TestFixtures(t *testing.T) {
+	t.Parallel()
+	for name, file := range captures(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.Open(file)
+			require.NoError(t, err)
+			defer root.Close()
+			topo, err := topology.Scan(root)
+			require.NoError(t, err)
+			r := sysfs.NewReader(root)
+			node, err := gpudirect.ReadNode(r, nil)
+			require.NoError(t, err)
+			pairs, err := gpudirect.Assess(r, topo, node)
+			require.NoError(t, err)
+			gpus := topo.Of(topology.KindGPU)
+			if len(gpus) == 0 || len(topo.Of(topology.KindEFA)) == 0 {
+				assert.Empty(t, pairs)
+				return
+			}
+			seen := map[*topology.Device]bool{}
+			for _, p := range pairs {
+				seen[p.GPU] = true
+				assert.NotEqual(t, gpudirect.Blocked, status(p, gpudirect.DMABuf), "%s-%s: %v", p.GPU.Name, p.EFA.Name, p.Reasons())
+				assert.True(t, p.ACS == nil || p.ACS.Status == gpudirect.Unknown, "fixtures hold no config space")
+			}
+			assert.Len(t, seen, len(gpus))
+		})
+	}
+}
+
+func TestParseParams(t *testing.T) {
+	t.Parallel()
+	p, err := gpudirect.ParseParams(paramsOverride)
+	require.NoError(t, err)
+	assert.Equal(t, "1", p[gpudirect.TopoCheckOverride])
+	assert.Equal(t, `""`, p["RegistryDwords"])
+
+	p, err = gpudirect.ParseParams("GrdmaPciTopoCheckOverride: 1\n# GrdmaPciTopoCheckOverride: 0\nno colon\n")
+	assert.ErrorContains(t, err, "line 2")
+	assert.Equal(t, "1", p[gpudirect.TopoCheckOverride], "a line that does not parse is skipped, not taken")
+
+	p, err = gpudirect.ParseParams("MyGrdmaPciTopoCheckOverride: 1\n")
+	require.NoError(t, err)
+	assert.NotContains(t, p, gpudirect.TopoCheckOverride)
+}
+
+func TestVersions(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]int{"580.105.08": 580, "595.91.07": 595, "": 0, "x.1": 0, "-1.2": 0} {
+		got, ok := gpudirect.DriverBranch(v)
+		assert.Equal(t, want, got, v)
+		assert.Equal(t, want != 0, ok, v)
+	}
+	for rel, want := range map[string][2]int{al2023: {6, 1}, al2: {5, 10}, "5.12.0": {5, 12}, "6.12rc1": {6, 12}} {
+		ma, mi, ok := gpudirect.KernelVersion(rel)
+		assert.True(t, ok, rel)
+		assert.Equal(t, want, [2]int{ma, mi}, rel)
+	}
+	for _, rel := range []string{"", "6", "a.b", "6.x"} {
+		_, _, ok := gpudirect.KernelVersion(rel)
+		assert.False(t, ok, rel)
+	}
+}
+
+func FuzzParseParams(f *testing.F) {
+	f.Add(paramsOverride)
+	f.Add("no colon\n:\n a b: c\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, _ := gpudirect.ParseParams(s)
+		for k := range p {
+			if k == "" || strings.ContainsAny(k, " \t\n") {
+				t.Fatalf("bad name %q", k)
+			}
+		}
+	})
+}

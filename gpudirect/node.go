@@ -1,0 +1,165 @@
+package gpudirect
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+
+	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+)
+
+// Files the node facts come from: NVIDIAVersionFile under the sysfs root,
+// the others under the proc root.
+const (
+	// NVIDIAVersionFile is the nvidia module's MODULE_VERSION
+	// ("580.105.08"), present while the module is loaded.
+	NVIDIAVersionFile = "module/nvidia/version"
+	// NVIDIAParamsFile lists the nvidia module's parameters as it took
+	// them, "Name: value" a line, without the NVreg_ prefix.
+	NVIDIAParamsFile = "driver/nvidia/params"
+	// KernelReleaseFile is the running kernel's release ("6.1.119-...").
+	KernelReleaseFile = "sys/kernel/osrelease"
+)
+
+// TopoCheckOverride is the nvidia module parameter that, before the R595
+// driver branch, let a NIC outside the GPU's IOMMU group attach dma-buf
+// to GPU memory on a coherent (Grace) platform.
+const TopoCheckOverride = "GrdmaPciTopoCheckOverride"
+
+// Node is what the node's kernel and drivers say about GPUDirect RDMA,
+// beside the topology. Each field's zero value means unknown.
+type Node struct {
+	// NVIDIAVersion is NVIDIAVersionFile, "" when the file is absent (the
+	// module not loaded, or a capture without it) or damaged.
+	NVIDIAVersion string
+	// NVIDIAParams are NVIDIAParamsFile's, nil when not read (no proc
+	// root, the module not loaded) or damaged.
+	NVIDIAParams map[string]string
+	// KernelRelease is KernelReleaseFile's, "" when not read.
+	KernelRelease string
+	// EFADriverVersion is efa.DriverVersionFile: the out-of-tree efa
+	// driver's version, "" for the in-tree driver (or a capture without
+	// it).
+	EFADriverVersion string
+}
+
+// ReadNode reads the node's facts: the nvidia and efa modules' versions
+// from sysfs, the nvidia module's parameters and the kernel release from
+// proc when proc is not nil. A file that is absent leaves its fact
+// unknown; one that cannot be read or parsed does too, with an error.
+func ReadNode(r *sysfs.Reader, proc fs.FS) (Node, error) {
+	var n Node
+	var errs []error
+	absent := func(err error) bool {
+		return errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink)
+	}
+	switch s, err := r.ReadString(NVIDIAVersionFile); {
+	case err == nil && efa.CheckDriverVersion(s) == nil:
+		n.NVIDIAVersion = s
+	case err == nil:
+		errs = append(errs, fmt.Errorf("%s: %w", NVIDIAVersionFile, efa.CheckDriverVersion(s)))
+	case !absent(err):
+		errs = append(errs, fmt.Errorf("%s: %w", NVIDIAVersionFile, sysfs.Cause(err)))
+	}
+	v, err := efa.ReadDriverVersion(r)
+	n.EFADriverVersion = v
+	errs = append(errs, err)
+	if proc == nil {
+		return n, errors.Join(errs...)
+	}
+	switch b, err := fs.ReadFile(proc, NVIDIAParamsFile); {
+	case err == nil:
+		p, perr := ParseParams(string(b))
+		n.NVIDIAParams = p
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, perr))
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, sysfs.Cause(err)))
+	}
+	switch b, err := fs.ReadFile(proc, KernelReleaseFile); {
+	case err == nil:
+		s := strings.TrimSpace(string(b))
+		if _, _, ok := KernelVersion(s); ok {
+			n.KernelRelease = s
+		} else {
+			errs = append(errs, fmt.Errorf("proc %s: %q is not a kernel release", KernelReleaseFile, pcie.Printable(s)))
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		errs = append(errs, fmt.Errorf("proc %s: %w", KernelReleaseFile, sysfs.Cause(err)))
+	}
+	return n, errors.Join(errs...)
+}
+
+// maxParams bounds the parameters ParseParams keeps: the nvidia module
+// has about 60.
+const maxParams = 1024
+
+// ParseParams parses the nvidia module's params file: one "Name: value"
+// a line, the value as printed (a string parameter keeps its quotes). It
+// returns the lines it understood and an error naming the first it did
+// not.
+func ParseParams(s string) (map[string]string, error) {
+	out := map[string]string{}
+	var bad error
+	for i, line := range strings.Split(s, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t") || pcie.CheckText(name) != nil {
+			if bad == nil {
+				bad = fmt.Errorf("line %d, %q: not \"Name: value\"", i+1, pcie.Printable(clip(line)))
+			}
+			continue
+		}
+		if len(out) == maxParams {
+			return out, fmt.Errorf("more than %d parameters", maxParams)
+		}
+		out[name] = strings.TrimSpace(value)
+	}
+	return out, bad
+}
+
+// DriverBranch returns the major number of an NVIDIA driver version, 580
+// of "580.105.08".
+func DriverBranch(version string) (int, bool) {
+	major, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n <= 0 || len(major) > 4 {
+		return 0, false
+	}
+	return n, true
+}
+
+// KernelVersion returns the major and minor numbers of a kernel release,
+// 6 and 1 of "6.1.119-129.201.amzn2023.x86_64".
+func KernelVersion(release string) (major, minor int, ok bool) {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	minorStr := parts[1]
+	if i := strings.IndexFunc(minorStr, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minorStr = minorStr[:i]
+	}
+	var err1, err2 error
+	major, err1 = strconv.Atoi(parts[0])
+	minor, err2 = strconv.Atoi(minorStr)
+	if err1 != nil || err2 != nil || major < 0 || minor < 0 || len(parts[0]) > 4 || len(minorStr) > 4 {
+		return 0, 0, false
+	}
+	return major, minor, true
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
