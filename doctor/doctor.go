@@ -68,6 +68,7 @@ const (
 	CheckKernelModules       CheckID = "kernel-modules"
 	CheckEFADevices          CheckID = "efa-devices"
 	CheckPCIeLinks           CheckID = "pcie-links"
+	CheckGPUDirect           CheckID = "gpudirect"
 	CheckUverbsNodes         CheckID = "uverbs-nodes"
 	CheckLibfabricVisibility CheckID = "libfabric-visibility"
 	CheckRDMANetns           CheckID = "rdma-netns"
@@ -257,6 +258,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		f.kernelModules(),
 		f.efaDevices(),
 		f.pcieLinks(),
+		f.gpuDirect(),
 		f.uverbsNodes(),
 		f.libfabricVisibility(),
 		f.rdmaNetns(),

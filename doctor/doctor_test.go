@@ -266,7 +266,7 @@ func (s *scene) run() *doctor.Report {
 	s.t.Helper()
 	rep, err := doctor.Run(context.Background(), s.opts)
 	require.NoError(s.t, err)
-	require.Len(s.t, rep.Checks, 13)
+	require.Len(s.t, rep.Checks, 14)
 	return rep
 }
 
@@ -875,6 +875,7 @@ func TestKernelAndDevices(t *testing.T) {
 			doctor.CheckKernelModules:       doctor.Fail,
 			doctor.CheckEFADevices:          doctor.Fail,
 			doctor.CheckPCIeLinks:           doctor.Skip,
+			doctor.CheckGPUDirect:           doctor.Skip,
 			doctor.CheckUverbsNodes:         doctor.Skip,
 			doctor.CheckLibfabricVisibility: doctor.Skip,
 			doctor.CheckEnvironment:         doctor.Skip,
@@ -1113,6 +1114,7 @@ func ExampleRun() {
 	// pass kernel-modules
 	// pass efa-devices
 	// pass pcie-links
+	// pass gpudirect
 	// fail uverbs-nodes
 	// fail libfabric-visibility
 	// pass rdma-netns

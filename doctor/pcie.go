@@ -12,11 +12,8 @@ import (
 const fixPCIeLink = "a link below its maximum cuts the device's bandwidth: stop and start the instance to move it to another host, and report the instance ID to AWS Support if it comes back"
 
 // pcieLinks checks that every EFA's and GPU's PCIe link runs at its
-// maximum speed and width (current_link_* against max_link_*), and, on a
-// machine with GPUs, notes those in no IOMMU group. The note is not a
-// warning: that GPUDirect RDMA needs an IOMMU group is in none of NVIDIA's
-// or AWS's documents efakit could cite (NVIDIA's GPUDirect RDMA guide,
-// docs.nvidia.com/cuda/gpudirect-rdma, asks for a shared root complex).
+// maximum speed and width (current_link_* against max_link_*). What IOMMU
+// groups mean for GPUDirect is the gpudirect check's.
 func (f *facts) pcieLinks() Check {
 	type fn struct {
 		label string
@@ -32,11 +29,8 @@ func (f *facts) pcieLinks() Check {
 	if len(fns) == 0 {
 		return Check{ID: CheckPCIeLinks, Status: Skip, Message: "no EFA or GPU in sysfs"}
 	}
-	var below, atMax, noGroup []string
+	var below, atMax []string
 	for _, x := range fns {
-		if x.pci.IOMMUGroup == pcie.NoIOMMUGroup {
-			noGroup = append(noGroup, x.label)
-		}
 		cur, max := x.pci.CurrentLink, x.pci.MaxLink
 		if cur == nil || max == nil {
 			continue
@@ -58,12 +52,6 @@ func (f *facts) pcieLinks() Check {
 		parts = append(parts, part{Pass, fmt.Sprintf("%s of %s at the maximum speed and width", plural(len(atMax), "link"), count(f)), ""})
 	default:
 		parts = append(parts, part{Skip, fmt.Sprintf("no PCIe link files on the %s (not PCI Express, or a capture without them)", count(f)), ""})
-	}
-	// GPUDirect RDMA is a question only with GPUs. A note is a part that
-	// skips: it changes no status.
-	if len(noGroup) > 0 && len(f.gpus) > 0 {
-		parts = append(parts, part{Skip, fmt.Sprintf("note: %s in no IOMMU group (no IOMMU in use): %s; no documented GPUDirect RDMA requirement for one is known, so this is not a warning",
-			plural(len(noGroup), "device"), listNames(noGroup, maxListed)), ""})
 	}
 	return combine(CheckPCIeLinks, parts...)
 }

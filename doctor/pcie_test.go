@@ -1,12 +1,18 @@
 package doctor_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/doctor"
+	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/gdrcases"
+	"github.com/efakit/efakit/pcie"
 )
 
 // linkScene is one GPU and two EFAs with their links at the maximum and
@@ -80,15 +86,14 @@ func TestPCIeLinks(t *testing.T) {
 		})
 		assert.Equal(t, doctor.Pass, c.Status)
 	})
-	t.Run("no IOMMU group is a note", func(t *testing.T) {
+	t.Run("no IOMMU group is the gpudirect check's", func(t *testing.T) {
 		t.Parallel()
 		c := linkScene(t, func(b *fakesys.Builder) {
 			b.Remove(b.PCIDir("0000:10:1c.0") + "/iommu_group")
 			b.Remove(b.PCIDir("0000:10:1b.0") + "/iommu_group")
 		})
-		assert.Equal(t, doctor.Pass, c.Status, "a note, not a warning")
-		assert.Equal(t, "3 links of 2 EFAs and 1 GPU at the maximum speed and width; note: 2 devices in no IOMMU group (no IOMMU in use): rdmap16s27, GPU 0000:10:1c.0; no documented GPUDirect RDMA requirement for one is known, so this is not a warning", c.Message)
-		assert.Empty(t, c.Fix)
+		assert.Equal(t, doctor.Pass, c.Status)
+		assert.Equal(t, "3 links of 2 EFAs and 1 GPU at the maximum speed and width", c.Message)
 	})
 	t.Run("no IOMMU group without GPUs says nothing", func(t *testing.T) {
 		t.Parallel()
@@ -112,5 +117,64 @@ func TestPCIeLinks(t *testing.T) {
 		})
 		assert.Equal(t, doctor.Skip, c.Status)
 		assert.Equal(t, "no PCIe link files on the 2 EFAs and 1 GPU (not PCI Express, or a capture without them)", c.Message)
+	})
+}
+
+// gdrScene runs the doctor on one of the GPUDirect cases, with a proc
+// root holding the kernel release and, unless params is "", the nvidia
+// module's parameters.
+func gdrScene(t *testing.T, m gdrcases.Machine, kernel, params string) doctor.Check {
+	t.Helper()
+	s := newScene(t, doctor.OnNode)
+	s.opts.Sysfs = m.Build().FS()
+	write := func(name, data string) {
+		p := filepath.Join(s.opts.ProcDir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(data), 0o644))
+	}
+	write(gpudirect.KernelReleaseFile, kernel+"\n")
+	if params != "" {
+		write(gpudirect.NVIDIAParamsFile, params)
+	}
+	return check(t, s.run(), doctor.CheckGPUDirect)
+}
+
+func TestGPUDirect(t *testing.T) {
+	t.Parallel()
+	p6e := gdrcases.Machine{Product: "p6e-gb300r.36xlarge", EFAID: 0xefa3, NoGroup: true, P2P: "NVIDIA", EFAModule: "2.17.1g"}
+	t.Run("P6e on R595 is blocked", func(t *testing.T) {
+		t.Parallel()
+		m := p6e
+		m.NVIDIA = "595.91.07"
+		c := gdrScene(t, m, "6.1.119-129.201.amzn2023.aarch64", "")
+		assert.Equal(t, doctor.Warn, c.Status)
+		assert.Contains(t, c.Message, "1 GPU-EFA pair: 0 ready, 1 blocked")
+		assert.Contains(t, c.Message, "GPU0-rdmap151s0 dma-buf nvidia-topology-check: GPU 0000:9d:00.0 (IOMMU group 0, pci0000:98) and EFA 0000:97:00.0 (no IOMMU group, pci0000:84)")
+		assert.Contains(t, c.Message, "R595 has no override")
+		assert.Contains(t, c.Fix, "efakit topo")
+	})
+	t.Run("P6e on R580 with the override passes", func(t *testing.T) {
+		t.Parallel()
+		m := p6e
+		m.NVIDIA = "580.173.02"
+		c := gdrScene(t, m, "6.1.119-129.201.amzn2023.aarch64", "ModifyDeviceFiles: 1\nGrdmaPciTopoCheckOverride: 1\n")
+		assert.Equal(t, doctor.Pass, c.Status, c.Message)
+		assert.Equal(t, "1 GPU-EFA pair: 1 ready (ready by dma-buf)", c.Message)
+	})
+	t.Run("ACS redirect warns", func(t *testing.T) {
+		t.Parallel()
+		m := gdrcases.Machine{Product: "p5.48xlarge", Shared: true, P2P: "NVIDIA", EFAModule: "2.13.0g", NVIDIA: "580.105.08",
+			ACS: &pcie.ACS{Capability: 0x5f, Control: pcie.ACSRequestRedirect | pcie.ACSCompletionRedirect}}
+		c := gdrScene(t, m, "6.1.119-129.201.amzn2023.x86_64", "")
+		assert.Equal(t, doctor.Warn, c.Status)
+		assert.Contains(t, c.Message, "1 slow")
+		assert.Contains(t, c.Message, "ACS redirects peer-to-peer traffic to the root complex at 0000:46:01.4 (SrcValid- TransBlk- ReqRedir+ CmpltRedir+")
+		assert.Contains(t, c.Message, "0000:46:01.0 (")
+	})
+	t.Run("p5 capture", func(t *testing.T) {
+		t.Parallel()
+		c := check(t, newScene(t, doctor.OnNode).run(), doctor.CheckGPUDirect)
+		assert.Equal(t, doctor.Pass, c.Status, c.Message)
+		assert.Equal(t, "32 GPU-EFA pairs: 32 ready (ready by peer-memory)", c.Message)
 	})
 }

@@ -107,9 +107,13 @@ func TestTopoDetailsJSON(t *testing.T) {
 	assert.Equal(t, true, v.Devices[1]["gdr"])
 	assert.NotContains(t, v.Devices[2], "iommuGroup")
 
-	// The matrix shows none of it, and does not read it.
+	// The matrix shows none of it. It reads the efa module's version for
+	// the GPUDirect judgement (the in-tree driver has none), so a damaged
+	// one is an error, after the output.
 	code, out, errOut = runCLI("topo", "--sysfs", detailsCapture(t, func(b *fakesys.Builder) { b.Attr("module/efa/version", "bad version") }))
-	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 1, code, errOut)
+	assert.Contains(t, errOut, `module/efa/version: "bad version" is not a module version`)
+	assert.Contains(t, out, "GPUDirect RDMA")
 	assert.NotContains(t, out, "16GT/s")
 }
 

@@ -60,7 +60,7 @@ func TestDoctorText(t *testing.T) {
 	code, out, errOut := runCLI(doctorArgs(t)...)
 	assert.Equal(t, 1, code, errOut)
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	ids := []doctor.CheckID{doctor.CheckKernelModules, doctor.CheckEFADevices, doctor.CheckPCIeLinks, doctor.CheckUverbsNodes, doctor.CheckLibfabricVisibility,
+	ids := []doctor.CheckID{doctor.CheckKernelModules, doctor.CheckEFADevices, doctor.CheckPCIeLinks, doctor.CheckGPUDirect, doctor.CheckUverbsNodes, doctor.CheckLibfabricVisibility,
 		doctor.CheckRDMANetns, doctor.CheckMemlock, doctor.CheckEnvironment, doctor.CheckDeviceMetadata,
 		doctor.CheckUnclaimedDevices, doctor.CheckDevicePlugin, doctor.CheckDRADriver, doctor.CheckCDI}
 	require.Len(t, lines, len(ids), out)
@@ -75,8 +75,8 @@ func TestDoctorText(t *testing.T) {
 			assert.Contains(t, l, " | fix: ", l)
 		}
 	}
-	assert.True(t, strings.HasPrefix(lines[3], "fail  uverbs-nodes  "), lines[3])
-	assert.Contains(t, lines[3], "0 of 32 RDMA devices openable")
+	assert.True(t, strings.HasPrefix(lines[4], "fail  uverbs-nodes  "), lines[4])
+	assert.Contains(t, lines[4], "0 of 32 RDMA devices openable")
 }
 
 func TestDoctorJSON(t *testing.T) {
@@ -85,7 +85,7 @@ func TestDoctorJSON(t *testing.T) {
 	assert.Equal(t, 1, code, errOut)
 	var rep doctor.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	require.Len(t, rep.Checks, 13)
+	require.Len(t, rep.Checks, 14)
 	assert.True(t, rep.Failed())
 	c, ok := rep.Check(doctor.CheckEFADevices)
 	require.True(t, ok)
