@@ -25,6 +25,7 @@ func (f *facts) gpuDirect() Check {
 	r := sysfs.NewReader(f.o.Sysfs)
 	node, _ := gpudirect.ReadNode(r, os.DirFS(f.o.ProcDir)) // a file not read is a fact unknown, in the findings
 	pairs, _ := gpudirect.Assess(r, topo, node)
+	_ = gpudirect.ReadACS(r, pairs) // a port not read is ACS unknown, in the findings
 	if len(pairs) == 0 {
 		return Check{ID: CheckGPUDirect, Status: Skip, Message: "no GPU has an EFA among its closest devices"}
 	}

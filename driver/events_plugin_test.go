@@ -62,7 +62,7 @@ func TestEventsFlappingBounded(t *testing.T) {
 	// TestPortFlapsDegrade); here the port's every turn is a change.
 	policy := health.DefaultPolicy()
 	policy.FlapLimit = 0
-	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events, o.HealthPolicy = rec, policy })
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events, o.Health.Policy = rec, policy })
 	p.SetPublisher(&recorder{})
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)

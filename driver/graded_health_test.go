@@ -97,7 +97,7 @@ func TestGradedHealth(t *testing.T) {
 	p, err := driver.NewPlugin(ctx, driver.PluginOptions{
 		Config:    resources.Config{NodeName: node, UnhealthyEffect: resourceapi.DeviceTaintEffectNoExecute},
 		SysfsRoot: s, CDI: w, Store: checkpoint.NewStore(filepath.Join(dir, "data")), BootID: bootA,
-		StatusClient: client, Hooks: driver.Hooks{Events: rec}, HealthPolicy: policy,
+		StatusClient: client, Hooks: driver.Hooks{Events: rec}, Health: driver.HealthOptions{Policy: policy},
 	})
 	require.NoError(t, err)
 	statusDone := make(chan struct{})
@@ -228,7 +228,7 @@ func TestHealthLoopWithoutStream(t *testing.T) {
 	t.Parallel()
 	s := &swapFS{}
 	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
-	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.HealthInterval = 100 * time.Millisecond })
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Health.Interval = 100 * time.Millisecond })
 	pub := &recorder{}
 	p.SetPublisher(pub)
 	_, err := p.Rescan(context.Background())

@@ -53,6 +53,7 @@ type PodLister = claims.PodLister
 type Plugin struct {
 	cfg    resources.Config
 	sysfs  fs.ReadLinkFS
+	proc   fs.FS // for the GPUDirect judgement; nil for none
 	inv    *inventory.Holder
 	claims *claims.State
 	pub    *publishing.Publisher
@@ -92,7 +93,11 @@ type PluginOptions struct {
 	Config resources.Config
 	// SysfsRoot is the sysfs to scan (the host's /sys, mounted read-only).
 	SysfsRoot fs.ReadLinkFS
-	CDI       *cdi.Writer
+	// ProcRoot is the proc file system the GPUDirect judgement reads the
+	// NVIDIA driver's parameters and the kernel release from (nil: none,
+	// and the facts they give are unknown).
+	ProcRoot fs.FS
+	CDI      *cdi.Writer
 	Store     *checkpoint.Store
 	// BootID is the kernel's boot ID: state from another boot is dropped.
 	BootID string
@@ -114,11 +119,17 @@ type PluginOptions struct {
 	DataDir string
 	// Hooks are the plugin's outputs and callbacks beside its API.
 	Hooks
-	// HealthInterval is how often health is re-checked (10 s when 0).
-	HealthInterval time.Duration
-	// HealthPolicy grades the devices' health (health.DefaultPolicy when
-	// its Window is 0).
-	HealthPolicy health.Policy
+	// Health is how the devices' health is checked.
+	Health HealthOptions
+}
+
+// HealthOptions are how the devices' health is checked.
+type HealthOptions struct {
+	// Interval is how often health is re-checked (10 s when 0).
+	Interval time.Duration
+	// Policy grades the devices' health (health.DefaultPolicy when its
+	// Window is 0).
+	Policy health.Policy
 }
 
 // Hooks are what the plugin reports to and calls, each optional.
@@ -140,9 +151,9 @@ type Hooks struct {
 // gives a nil Plugin and the error: starting empty would forget what is
 // prepared. Close releases what it holds when Run never ran.
 func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
-	p := &Plugin{cfg: o.Config, sysfs: o.SysfsRoot, inv: inventory.NewHolder(), rescans: newRescanQueue(),
-		ops: operations{metrics: metrics.New(), events: o.Events, healthInterval: cmp.Or(o.HealthInterval, 10*time.Second)}}
-	policy := o.HealthPolicy
+	p := &Plugin{cfg: o.Config, sysfs: o.SysfsRoot, proc: o.ProcRoot, inv: inventory.NewHolder(), rescans: newRescanQueue(),
+		ops: operations{metrics: metrics.New(), events: o.Events, healthInterval: cmp.Or(o.Health.Interval, 10*time.Second)}}
+	policy := o.Health.Policy
 	if policy.Window == 0 {
 		policy = health.DefaultPolicy()
 	}

@@ -123,7 +123,7 @@ func TestHealth(t *testing.T) {
 	t.Parallel()
 	s := &swapFS{}
 	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
-	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.HealthInterval = 20 * time.Millisecond })
+	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Health.Interval = 20 * time.Millisecond })
 	_, err := p.Rescan(context.Background())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

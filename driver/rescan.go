@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 
 	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -138,6 +141,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	p.scanMu.Lock()
 	start := time.Now()
 	topo, scanErr := topology.Scan(p.sysfs)
+	gdr, gerr := p.assessGPUDirect(topo)
 	// Each EFA's counters and port, added to its history, grade it. The
 	// counters are the EFA exporter's read (one read for the scrapes and
 	// the checks, its wait bounded: a hung device's read does not hold
@@ -163,6 +167,7 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 		logger.Info("Graded", "countersRead", len(read), "efas", len(verdicts), "advancedInWindow", counts)
 	}
 	snap, changes, err := inventory.Build(topo, scanErr, p.pub.Config(), p.inv.Load(), verdicts)
+	snap.GPUDirect = gdr
 	efas := 0
 	for _, d := range snap.Devices {
 		if d.EFA != nil {
@@ -186,7 +191,28 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	// The claims' status: health and ports as this scan found them, after
 	// a renumbering is corrected.
 	p.claims.SyncStatus(snap)
-	return published, errors.Join(err, perr)
+	return published, errors.Join(err, perr, gerr)
+}
+
+// assessGPUDirect judges each GPU with its closest EFAs (gpudirect.Assess;
+// ACS is efakit topo's, since config space is slow to read), by the EFA's
+// PCI address, for the claims' status.
+func (p *Plugin) assessGPUDirect(topo *topology.Topology) (map[string][]gpudirect.Pair, error) {
+	if len(topo.Of(topology.KindGPU)) == 0 {
+		return nil, nil
+	}
+	r := sysfs.NewReader(p.sysfs)
+	n, nerr := gpudirect.ReadNode(r, p.proc)
+	pairs, err := gpudirect.Assess(r, topo, n)
+	out := map[string][]gpudirect.Pair{}
+	for _, x := range pairs {
+		k := x.EFA.PCI.Address.String()
+		out[k] = append(out[k], x)
+	}
+	if err = errors.Join(nerr, err); err != nil {
+		err = fmt.Errorf("gpudirect: %w", err)
+	}
+	return out, err
 }
 
 // Recheck asks the owner check (API reads, so it runs with the periodic

@@ -182,14 +182,14 @@ func (r *run) serve(o ServeOptions) error {
 	nodes := owners.NewNodeWatch(o.KubeClient, o.Config.NodeName)
 	pub := &publishing.Slices{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
 		SyncDelay: publishing.JitteredRepairDelay()}
-	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, CDI: writer,
+	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, ProcRoot: os.DirFS(o.ProcRoot), CDI: writer,
 		Store: store, BootID: bootID, KubeClient: o.KubeClient, StatusClient: o.statusClient(), Pods: pods, DataDir: dataDir,
 		Hooks: Hooks{Events: recorder, Stop: func(err error) { r.cancel(err) },
 			Precheck: owners.All(owners.Netns(live),
 				owners.Node(nodes, o.AllowDevicePlugin),
 				owners.Publishers(pub.Current, driverName, o.Config.NodeName)),
 			Spawn: r.spawn},
-		HealthInterval: o.HealthInterval, HealthPolicy: o.HealthPolicy})
+		Health: HealthOptions{Interval: o.HealthInterval, Policy: o.HealthPolicy}})
 	if plugin == nil {
 		return err
 	}

@@ -68,7 +68,8 @@ type Paths struct {
 	// SysfsRoot is a directory or a capture file (tests run the plugin on
 	// a fixture).
 	SysfsRoot string
-	// ProcRoot holds sys/kernel/random/boot_id.
+	// ProcRoot holds sys/kernel/random/boot_id, and the files of the
+	// GPUDirect judgement: driver/nvidia/params, sys/kernel/osrelease.
 	ProcRoot string
 	CDIRoot  string
 	// RegistrarDir is the kubelet's plugin registration directory

@@ -76,9 +76,12 @@ var (
 		return claimstatus.Condition{Type: "Ready", Status: "True", Reason: "Prepared", Message: "CDI device " + cdiID + " written"}
 	}
 	healthyCond = claimstatus.Condition{Type: "Healthy", Status: "True", Reason: "Healthy", Message: "port ACTIVE, uverbs device present, bound to efa"}
-	// efa4f is the p5 fixture's EFA at 0000:4f:00.0 as an entry's data says it.
+	// efa4f is the p5 fixture's EFA at 0000:4f:00.0 as an entry's data
+	// says it: GPUDirect with its GPU ready by the efa driver's
+	// peer-memory provider, dma-buf unknown without a proc root.
 	efa4f = claimstatus.EFAData{RDMADevice: "rdmap79s0", UverbsDevice: "uverbs0", UverbsNode: "/dev/infiniband/uverbs0", DeviceNumber: "231:192",
-		PCIAddress: "0000:4f:00.0", GID: "fe80:0000:0000:0000:0002:0eff:fe4a:0001", LinkRateGbps: 100, PortState: "ACTIVE"}
+		PCIAddress: "0000:4f:00.0", PortData: claimstatus.PortData{GID: "fe80:0000:0000:0000:0002:0eff:fe4a:0001", LinkRateGbps: 100, PortState: "ACTIVE"},
+		GPUDirect: []claimstatus.GPUDirectData{{GPU: "0000:53:00.0", Link: "PXB", Status: "ready", ReadyBy: []string{"peer-memory"}, NotReady: []string{"dma-buf kernel-dma-buf: unknown"}}}}
 )
 
 // TestClaimStatusSingle: a prepare through Serve gives the claim in the

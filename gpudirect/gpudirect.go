@@ -135,14 +135,13 @@ func (p Pair) Reasons() []string {
 }
 
 // Assess judges each GPU of t with its closest EFAs (topology.Closest),
-// in the GPUs' order. It reads what the topology's scan leaves out: the
-// IOMMU groups of those GPUs and EFAs, the EFAs' gdr files and the config
-// space of the switch ports between them. It writes the first two into
-// t's devices, so call it before the topology is shared. Read errors are
-// returned joined; the facts they concern count as unknown.
+// in the GPUs' order, without ACS (ReadACS adds it). It reads what the
+// topology's scan leaves out: the IOMMU groups of those GPUs and EFAs and
+// the EFAs' gdr files, into t's devices, so call it before the topology is
+// shared. Read errors are returned joined; the facts they concern count as
+// unknown.
 func Assess(r *sysfs.Reader, t *topology.Topology, n Node) ([]Pair, error) {
 	var errs []error
-	acs := map[*pcie.Device]acsRead{}
 	var pairs []Pair
 	for _, g := range t.Of(topology.KindGPU) {
 		if g.PCI == nil {
@@ -154,17 +153,32 @@ func Assess(r *sysfs.Reader, t *topology.Topology, n Node) ([]Pair, error) {
 				continue
 			}
 			errs = append(errs, pcie.ReadOptional(r, e.PCI, pcie.OptIOMMU), efa.ReadOptional(r, e.EFA, efa.OptGDR))
-			p := judge(t, g, e, n)
-			f, aerrs := acsFinding(r, acs, g.PCI, e.PCI)
-			errs = append(errs, aerrs...)
-			p.ACS = f
-			if p.Status == Ready && f != nil && f.Status == Slow {
-				p.Status = Slow
-			}
-			pairs = append(pairs, p)
+			pairs = append(pairs, judge(t, g, e, n))
 		}
 	}
 	return pairs, errors.Join(errs...)
+}
+
+// ReadACS adds to each pair what the switch ports between its GPU and EFA
+// do with peer-to-peer traffic, from their config space, and makes a ready
+// pair Slow where they redirect it. Each port is read once. Config space
+// is read from the device (a hypervisor trap a word in a virtual machine),
+// so the plugin's periodic scans leave it to efakit topo and doctor. A
+// config file an unprivileged reader cannot see, or one absent from a
+// capture, leaves ACS unknown without an error.
+func ReadACS(r *sysfs.Reader, pairs []Pair) error {
+	var errs []error
+	cache := map[*pcie.Device]acsRead{}
+	for i := range pairs {
+		p := &pairs[i]
+		f, aerrs := acsFinding(r, cache, p.GPU.PCI, p.EFA.PCI)
+		errs = append(errs, aerrs...)
+		p.ACS = f
+		if p.Status == Ready && f != nil && f.Status == Slow {
+			p.Status = Slow
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // judge is the pair's paths, without ACS.

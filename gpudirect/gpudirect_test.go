@@ -48,6 +48,7 @@ func assess(t *testing.T, m gdrcases.Machine, p fstest.MapFS) gpudirect.Pair {
 	require.NoError(t, err)
 	pairs, err := gpudirect.Assess(r, topo, node)
 	require.NoError(t, err)
+	require.NoError(t, gpudirect.ReadACS(r, pairs))
 	require.Len(t, pairs, 1)
 	return pairs[0]
 }
@@ -236,6 +237,7 @@ func TestFixtures(t *testing.T) {
 			require.NoError(t, err)
 			pairs, err := gpudirect.Assess(r, topo, node)
 			require.NoError(t, err)
+			require.NoError(t, gpudirect.ReadACS(r, pairs))
 			gpus := topo.Of(topology.KindGPU)
 			if len(gpus) == 0 || len(topo.Of(topology.KindEFA)) == 0 {
 				assert.Empty(t, pairs)

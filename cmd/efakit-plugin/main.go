@@ -141,7 +141,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	fl.Int64Var(&s.Config.Shares, "shares", resources.DefaultShares, "shares of each EFA with --sharing=capacity (1 to 1024)")
 	fl.BoolVar(&s.Config.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode in list form (clusters with DRAListTypeAttributes)")
 	fl.StringVar(&s.SysfsRoot, "sysfs", "/sys", "sysfs to scan: the host's /sys, or a capture file")
-	fl.StringVar(&s.ProcRoot, "proc", "/proc", "procfs, for the kernel's boot ID")
+	fl.StringVar(&s.ProcRoot, "proc", "/proc", "procfs, for the kernel's boot ID, the kernel release and the NVIDIA driver's parameters (GPUDirect readiness in claim status)")
 	fl.StringVar(&s.CDIRoot, "cdi-root", "/var/run/cdi", "directory for CDI specs")
 	fl.StringVar(&s.RegistrarDir, "kubelet-registrar-directory-path", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
 	fl.StringVar(&s.PluginsDir, "kubelet-plugins-directory-path", kubeletplugin.KubeletPluginsDir, "the kubelet's plugins directory")

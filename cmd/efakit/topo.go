@@ -310,7 +310,7 @@ func assessGPUDirect(fsys fs.ReadLinkFS, t *topology.Topology, root, proc string
 	r := sysfs.NewReader(fsys)
 	n, nerr := gpudirect.ReadNode(r, pfs)
 	pairs, err := gpudirect.Assess(r, t, n)
-	return pairs, errors.Join(nerr, err)
+	return pairs, errors.Join(nerr, err, gpudirect.ReadACS(r, pairs))
 }
 
 // printGPUDirect prints each pair's readiness, and what keeps those not

@@ -1,6 +1,7 @@
 package claims
 
 import (
+	"fmt"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,6 +14,7 @@ import (
 	"github.com/efakit/efakit/driver/inventory"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/efa/health"
+	"github.com/efakit/efakit/gpudirect"
 )
 
 // What a prepared claim's status.devices say (driver/claimstatus writes
@@ -63,6 +65,27 @@ func efaData(snap *inventory.Snapshot, d checkpoint.PreparedDevice) claimstatus.
 	if inv, ok := snap.Devices[d.Device]; ok && inv.EFA != nil && len(inv.EFA.Ports) > 0 {
 		port := inv.EFA.Ports[0]
 		out.GID, out.LinkRateGbps, out.PortState = port.GID, port.RateGbps, port.State
+	}
+	out.GPUDirect = gpuDirectData(snap.GPUDirect[d.PCIAddress])
+	return out
+}
+
+// gpuDirectData is what a claim's entry says of its EFA's GPUDirect pairs.
+func gpuDirectData(pairs []gpudirect.Pair) []claimstatus.GPUDirectData {
+	var out []claimstatus.GPUDirectData
+	for _, p := range pairs {
+		g := claimstatus.GPUDirectData{GPU: p.GPU.PCI.Address.String(), Link: p.Link.String(), Status: p.Status.String()}
+		for _, m := range p.Ready() {
+			g.ReadyBy = append(g.ReadyBy, string(m))
+		}
+		for _, x := range p.Paths {
+			for _, f := range x.Findings {
+				if f.Status != gpudirect.Ready {
+					g.NotReady = append(g.NotReady, fmt.Sprintf("%s %s: %s", x.Method, f.Check, f.Status))
+				}
+			}
+		}
+		out = append(out, g)
 	}
 	return out
 }

@@ -500,14 +500,13 @@ func applyOf(e resourceapi.AllocatedDeviceStatus) *resourceapply.AllocatedDevice
 // (the request and its CDI device). A group device's entry has the request
 // and CDI device, and its members, each an EFA's fields.
 type EFAData struct {
-	RDMADevice   string  `json:"rdmaDevice,omitempty"`   // rdmap79s0
-	UverbsDevice string  `json:"uverbsDevice,omitempty"` // uverbs3
-	UverbsNode   string  `json:"uverbsNode,omitempty"`   // /dev/infiniband/uverbs3
-	DeviceNumber string  `json:"deviceNumber,omitempty"` // 231:195
-	PCIAddress   string  `json:"pciAddress,omitempty"`   // 0000:4f:00.0
-	GID          string  `json:"gid,omitempty"`          // the port's GID 0
-	LinkRateGbps float64 `json:"linkRateGbps,omitempty"`
-	PortState    string  `json:"portState,omitempty"` // ACTIVE, DOWN, ...
+	RDMADevice   string `json:"rdmaDevice,omitempty"`   // rdmap79s0
+	UverbsDevice string `json:"uverbsDevice,omitempty"` // uverbs3
+	UverbsNode   string `json:"uverbsNode,omitempty"`   // /dev/infiniband/uverbs3
+	DeviceNumber string `json:"deviceNumber,omitempty"` // 231:195
+	PCIAddress   string `json:"pciAddress,omitempty"`   // 0000:4f:00.0
+	// The port, flattened into the same JSON object.
+	PortData
 	// Request is the claim's request the device was allocated for, and
 	// CDIDevice the CDI device the container gets it through.
 	Request   string `json:"request,omitempty"`
@@ -516,4 +515,27 @@ type EFAData struct {
 	// holds (the allocation's consumedCapacity).
 	Shares  int64     `json:"shares,omitempty"`
 	Members []EFAData `json:"members,omitempty"`
+	// GPUDirect is whether GPUDirect RDMA can work between the EFA and
+	// each GPU it is closest to, as the last scan judged it.
+	GPUDirect []GPUDirectData `json:"gpuDirect,omitempty"`
+}
+
+// PortData is an EFA's port as the last scan read it.
+type PortData struct {
+	GID          string  `json:"gid,omitempty"` // the port's GID 0
+	LinkRateGbps float64 `json:"linkRateGbps,omitempty"`
+	PortState    string  `json:"portState,omitempty"` // ACTIVE, DOWN, ...
+}
+
+// GPUDirectData is one GPU-EFA pair's GPUDirect readiness (efakit's
+// gpudirect package; efakit topo prints every finding with its source).
+type GPUDirectData struct {
+	GPU    string `json:"gpu"`    // the GPU's PCI address
+	Link   string `json:"link"`   // PXB, PHB, NODE...
+	Status string `json:"status"` // ready, unknown or blocked
+	// ReadyBy are the paths that work: dma-buf, peer-memory.
+	ReadyBy []string `json:"readyBy,omitempty"`
+	// NotReady are the checks that keep a path from ready, with their
+	// status: "dma-buf nvidia-topology-check: blocked".
+	NotReady []string `json:"notReady,omitempty"`
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/efa/health"
+	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -57,6 +58,9 @@ type Snapshot struct {
 	// StandAside is why the plugin publishes and prepares nothing (the
 	// owner check's verdict), "" normally.
 	StandAside string
+	// GPUDirect are the GPU-EFA pairs the scan judged (gpudirect.Assess,
+	// without ACS), by the EFA's PCI address; nil without GPUs.
+	GPUDirect map[string][]gpudirect.Pair
 }
 
 // Empty is the inventory before the first scan: no device.

@@ -41,18 +41,18 @@ var Allowed = map[string][]string{
 	// from entries the claim state builds; no hardware knowledge of its own.
 	"driver/claimstatus": nil,
 	// The inventory: the last scan's snapshot, built from the topology.
-	"driver/inventory": {"driver/resources", "efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
+	"driver/inventory": {"driver/resources", "efa", "efa/health", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
 	// The parts that own state, each reading the inventory's snapshots:
 	// publishing, the owner check, and the claim state (the one lock a
 	// prepare takes).
 	"driver/publishing": {"driver/events", "driver/inventory", "driver/metrics", "driver/resources", "efa", "host", "internal/informerwait", "neuron", "pcie", "sysfs", "topology"},
 	"driver/owners":     {"driver/events", "driver/metrics", "driver/resources", "efa", "internal/informerwait", "pcie", "sysfs"},
 	"driver/claims": {"cdi", "driver/checkpoint", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics",
-		"driver/podresources", "driver/resources", "efa", "efa/health", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
+		"driver/podresources", "driver/resources", "efa", "efa/health", "gpudirect", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin: an adapter over the parts above.
 	"driver": {"cdi", "driver/checkpoint", "driver/claims", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics", "driver/owners", "driver/podresources",
-		"driver/publishing", "driver/resources", "driver/uevents", "efa", "efa/health", "host", "host/uevent",
+		"driver/publishing", "driver/resources", "driver/uevents", "efa", "efa/health", "gpudirect", "host", "host/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.

@@ -17,6 +17,9 @@ import (
 	"github.com/efakit/efakit/cdi"
 	"github.com/efakit/efakit/driver/claimstatus"
 	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
 )
 
 // waitEntries waits until a claim's dra.net entries in status.devices
@@ -80,6 +83,16 @@ func TestRealNodeClaimStatus(t *testing.T) {
 		assert.Positive(t, data.LinkRateGbps)
 		assert.Equal(t, "efa", data.Request)
 		assert.True(t, strings.HasPrefix(data.CDIDevice, "dra.net/efa="), data.CDIDevice)
+		// GPUDirect readiness with the EFA's GPU, as the plugin judged it
+		// on this node: the fixture's efa driver names an NVIDIA
+		// peer-memory provider, and the GPU is bound to nvidia.
+		if assert.Len(t, data.GPUDirect, 1) {
+			g := data.GPUDirect[0]
+			assert.Equal(t, closestGPU(t, p5Fixture, pci), g.GPU)
+			assert.Equal(t, "PXB", g.Link)
+			assert.Equal(t, "ready", g.Status, "%+v", g)
+			assert.Contains(t, g.ReadyBy, "peer-memory")
+		}
 		ready := conditionOf(e, claimstatus.TypeReady).LastTransitionTime
 
 		// The port goes DOWN: the health checks (every 10 s, the chart's
@@ -226,4 +239,22 @@ func TestRealNodeSharing(t *testing.T) {
 	assert.Equal(t, a.Nodes, cs.Nodes, "the freed share, on the same EFA")
 	n.deletePod(t, "share-b")
 	n.deletePod(t, "share-c")
+}
+
+// closestGPU is the PCI address of the GPU closest to the EFA at pci in a
+// fixture, as the topology answers.
+func closestGPU(t *testing.T, fixture, pci string) string {
+	t.Helper()
+	root, err := sysfs.Open(fixture)
+	require.NoError(t, err)
+	defer root.Close()
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	a, err := pcie.ParseAddress(pci)
+	require.NoError(t, err)
+	e := topo.Lookup(a)
+	require.NotNil(t, e, pci)
+	gpus := topo.Closest(e)
+	require.Len(t, gpus, 1)
+	return gpus[0].PCI.Address.String()
 }
