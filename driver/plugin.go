@@ -98,7 +98,7 @@ type PluginOptions struct {
 	// and the facts they give are unknown).
 	ProcRoot fs.FS
 	CDI      *cdi.Writer
-	Store     *checkpoint.Store
+	Store    *checkpoint.Store
 	// BootID is the kernel's boot ID: state from another boot is dropped.
 	BootID string
 	// KubeClient reads a prepared claim whose EFAs another claim asks for,
