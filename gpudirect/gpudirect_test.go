@@ -2,6 +2,8 @@ package gpudirect_test
 
 import (
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -299,4 +301,28 @@ func FuzzParseParams(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCases: each fixture of testdata/gpudirect, read from its files as a
+// user's efakit topo reads them, gets the status its case says.
+func TestCases(t *testing.T) {
+	t.Parallel()
+	for _, c := range gdrcases.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.Open(filepath.Join("..", "testdata", "gpudirect", c.Name+".sysfs"))
+			require.NoError(t, err)
+			defer root.Close()
+			topo, err := topology.Scan(root)
+			require.NoError(t, err)
+			r := sysfs.NewReader(root)
+			node, err := gpudirect.ReadNode(r, os.DirFS(filepath.Join("..", "testdata", "gpudirect", c.Name+".proc")))
+			require.NoError(t, err)
+			pairs, err := gpudirect.Assess(r, topo, node)
+			require.NoError(t, err)
+			require.NoError(t, gpudirect.ReadACS(r, pairs))
+			require.Len(t, pairs, 1)
+			assert.Equal(t, c.Want, pairs[0].Status.String(), "%v", pairs[0].Reasons())
+		})
+	}
 }

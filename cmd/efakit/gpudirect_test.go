@@ -62,3 +62,23 @@ func TestTopoGPUDirect(t *testing.T) {
 	assert.Equal(t, "blocked", last.Status)
 	assert.Contains(t, last.Source, "nv-pci.c")
 }
+
+// TestGPUDirectGolden compares efakit topo on each case of
+// testdata/gpudirect with testdata/golden/gpudirect/<case>.topo.txt (run
+// with -update after a deliberate change, and read the diff).
+func TestGPUDirectGolden(t *testing.T) {
+	for _, c := range gdrcases.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			code, out, errOut := runCLI("topo", "--sysfs", "../../testdata/gpudirect/"+c.Name+".sysfs", "--proc", "../../testdata/gpudirect/"+c.Name+".proc")
+			require.Equal(t, 0, code, errOut)
+			file := filepath.Join("..", "..", "testdata", "golden", "gpudirect", c.Name+".topo.txt")
+			if *update {
+				require.NoError(t, os.MkdirAll(filepath.Dir(file), 0o755))
+				require.NoError(t, os.WriteFile(file, []byte(out), 0o644))
+			}
+			want, err := os.ReadFile(file)
+			require.NoError(t, err, "run go test ./cmd/efakit -run TestGPUDirectGolden -update to create it")
+			assert.Equal(t, string(want), out)
+		})
+	}
+}

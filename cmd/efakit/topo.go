@@ -326,8 +326,10 @@ func printGPUDirect(w io.Writer, v topoView) {
 	for _, p := range v.GPUDirect {
 		by := "-"
 		if r := p.Ready(); len(r) > 0 {
-			by = fmt.Sprint(r)
-			by = strings.Trim(by, "[]")
+			by = fmt.Sprint(r[0])
+			for _, m := range r[1:] {
+				by += ", " + string(m)
+			}
 		}
 		fmt.Fprintf(tw, "  %s %s\t%s %s\t%s\t%s\t%s\n", p.GPU, p.GPUAddress, p.EFA, p.EFAAddress, p.Link, p.Status, by)
 	}
