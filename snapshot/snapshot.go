@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -62,6 +63,11 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 		}
 		for _, f := range pciFiles {
 			c.file(real + "/" + f)
+		}
+		// A bridge's config space, for its ACS (gpudirect): as much as the
+		// kernel shows this reader, 4096 bytes to root, 64 to others.
+		if cl, err := c.r.ReadString(real + "/class"); err == nil && strings.HasPrefix(cl, "0x0604") {
+			c.file(real + "/config")
 		}
 		if t, err := c.link(real + "/driver"); err == nil {
 			c.dir(t)
@@ -143,7 +149,8 @@ func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
 	// class/neuron_device: a device without its class link is read too.
 	c.tree(neuron.ClassDir)
 	c.file("devices/virtual/dmi/id/product_name")
-	c.file(efa.DriverVersionFile) // the out-of-tree efa driver's version
+	c.file(efa.DriverVersionFile)       // the out-of-tree efa driver's version
+	c.file(gpudirect.NVIDIAVersionFile) // the nvidia driver's, for its branch's rules
 	// The link only where it leads to what was captured: it would dangle.
 	if t, err := c.r.Resolve("class/dmi/id"); err == nil && c.hasUnder(t) {
 		if _, err := c.link("class/dmi/id"); err != nil {

@@ -13,9 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/gdrcases"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/snapshot"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/topology"
 )
 
 type view struct {
@@ -182,4 +185,42 @@ func TestSnapshotBadNames(t *testing.T) {
 	}
 	assert.Equal(t, want.Entries, got.Entries)
 	assert.Equal(t, want.Skipped, got.Skipped)
+}
+
+// TestSnapshotGPUDirect: a snapshot of each GPUDirect case keeps what the
+// judgement reads (IOMMU groups, p2p and gdr, the modules' versions, the
+// bridges' config space): the pair judged on the snapshot is the pair
+// judged on the case, findings, ACS and all.
+func TestSnapshotGPUDirect(t *testing.T) {
+	t.Parallel()
+	judge := func(t *testing.T, root fs.ReadLinkFS, proc fs.FS) []gpudirect.Pair {
+		topo, err := topology.Scan(root)
+		require.NoError(t, err)
+		r := sysfs.NewReader(root)
+		n, err := gpudirect.ReadNode(r, proc)
+		require.NoError(t, err)
+		pairs, err := gpudirect.Assess(r, topo, n)
+		require.NoError(t, err)
+		require.NoError(t, gpudirect.ReadACS(r, pairs))
+		for i := range pairs {
+			pairs[i].GPU, pairs[i].EFA = nil, nil // of two topologies
+		}
+		return pairs
+	}
+	for _, c := range gdrcases.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.Open(filepath.Join("..", "testdata", "gpudirect", c.Name+".sysfs"))
+			require.NoError(t, err)
+			defer root.Close()
+			proc := os.DirFS(filepath.Join("..", "testdata", "gpudirect", c.Name+".proc"))
+			snap, err := snapshot.Take(root, snapshot.Options{})
+			require.NoError(t, err)
+			m, err := sysfs.NewMemFS(snap.Entries)
+			require.NoError(t, err)
+			want := judge(t, root, proc)
+			assert.Equal(t, c.Want, want[0].Status.String())
+			assert.Equal(t, want, judge(t, m, proc))
+		})
+	}
 }

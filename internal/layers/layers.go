@@ -17,7 +17,7 @@ var Allowed = map[string][]string{
 	"host/uevent": nil,
 	"neuron":      {"pcie", "sysfs"},
 	"topology":    {"efa", "host", "neuron", "pcie", "sysfs"},
-	"snapshot":    {"efa", "host", "neuron", "pcie", "sysfs"},
+	"snapshot":    {"efa", "gpudirect", "host", "neuron", "pcie", "sysfs"},
 	// GPUDirect readiness per GPU-EFA pair: the topology plus the NVIDIA
 	// and efa drivers' own files.
 	"gpudirect": {"efa", "host", "neuron", "pcie", "sysfs", "topology"},
