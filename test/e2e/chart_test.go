@@ -39,7 +39,9 @@ func renderRelease(t *testing.T, name, ns string, args ...string) []runtime.Obje
 	// --kube-version comes later and wins.
 	version, err := moduleKubeVersion("k8s")
 	require.NoError(t, err)
-	cmd := exec.Command("go", append([]string{"tool", "helm", "template", name, "../../deployments/helm/efakit", "--namespace", ns, "--kube-version", version}, args...)...)
+	// The image a user pushed: the chart has no default (TestChartNeedsImage).
+	cmd := exec.Command("go", append([]string{"tool", "helm", "template", name, "../../deployments/helm/efakit", "--namespace", ns, "--kube-version", version,
+		"--set", "image.repository=registry.example/efakit-plugin"}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	require.NoError(t, cmd.Run(), errOut.String())
@@ -362,7 +364,7 @@ func TestChartSysfsRecursiveReadOnly(t *testing.T) {
 		}
 	}
 	cmd := exec.Command("go", "tool", "helm", "template", "efakit", "../../deployments/helm/efakit", "--kube-version", "1.34.0",
-		"--set", "sysfsRecursiveReadOnly=enabled")
+		"--set", "image.repository=registry.example/efakit-plugin", "--set", "sysfsRecursiveReadOnly=enabled")
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err, "%s", out)
 	assert.Contains(t, string(out), "sysfsRecursiveReadOnly is enabled: Enabled, IfPossible or Disabled")
@@ -413,4 +415,20 @@ func TestChartNodeSelection(t *testing.T) {
 		{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-a"}}}}
 	assert.Equal(t, []corev1.NodeSelectorTerm{own}, terms("--set-json",
 		`affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["node-a"]}]}]}}}`))
+}
+
+// TestChartNeedsImage: no public image exists, so the chart has no default
+// repository. helm template (as helm install renders) fails at once and
+// says what to set; helm lint, which renders leniently, names it too.
+func TestChartNeedsImage(t *testing.T) {
+	const want = "image.repository is required: no public efakit-plugin image exists; build it with make image, push it, and set image.repository"
+	out, err := exec.Command("go", "tool", "helm", "template", "efakit", "../../deployments/helm/efakit", "--kube-version", "1.34.0").CombinedOutput()
+	require.Error(t, err, "helm template without image.repository: %s", out)
+	assert.Contains(t, string(out), want)
+	out, err = exec.Command("go", "tool", "helm", "lint", "../../deployments/helm/efakit").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "Missing required value: "+want)
+	out, err = exec.Command("go", "tool", "helm", "lint", "../../deployments/helm/efakit", "--set", "image.repository=registry.example/efakit-plugin").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.NotContains(t, string(out), "Missing required value")
 }
