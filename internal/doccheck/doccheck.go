@@ -142,3 +142,64 @@ func Check(fsys fs.FS, files []string, targets map[string]bool) ([]string, error
 	}
 	return bad, nil
 }
+
+// Reports are the pages that report measurements: each figure beside the
+// command that made it, on the machine it ran on. The other pages are
+// reference and tasks, and speak of the software only.
+var Reports = map[string]bool{"docs/performance.md": true, "docs/fleet.md": true}
+
+var (
+	// issueRef is a numbered issue; upstreamIssue one of another project,
+	// named just before it ("kubernetes/kubernetes issue 139836",
+	// "dranet's issue 293").
+	issueRef      = regexp.MustCompile(`(?i)\bissues? #?\d+`)
+	upstreamIssue = regexp.MustCompile(`(?i)(\b[\w.-]+/[\w.-]+|'s) issues? #?\d+`)
+	// machineWords speak of where a figure came from.
+	machineWords = regexp.MustCompile(`(?i)\bthis (machine|vm|host|2-v?cpu machine)\b|\b\d+-v?CPU (machine|VM|host)\b`)
+	// articleWords speak of the article the project started from.
+	articleWords = regexp.MustCompile(`(?i)\bseed article\b|\bthe article\b`)
+)
+
+// Wording returns one line for each place, outside code blocks, where a
+// page speaks of the project's history rather than its software: an
+// issue number that is not another project's (any page), the machine a
+// figure came from or the article the project started from (pages that
+// are not Reports).
+func Wording(fsys fs.FS, files []string) ([]string, error) {
+	var bad []string
+	for _, f := range files {
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		fenced := false
+		for i, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "```") {
+				fenced = !fenced
+				continue
+			}
+			if fenced {
+				continue
+			}
+			where := fmt.Sprintf("%s:%d", f, i+1)
+			upstream := map[int]bool{}
+			for _, m := range upstreamIssue.FindAllStringIndex(l, -1) {
+				upstream[m[1]] = true
+			}
+			for _, m := range issueRef.FindAllStringIndex(l, -1) {
+				if !upstream[m[1]] {
+					bad = append(bad, fmt.Sprintf("%s: %q names one of the project's issues: say what the software does", where, l[m[0]:m[1]]))
+				}
+			}
+			if Reports[f] {
+				continue
+			}
+			for _, re := range []*regexp.Regexp{machineWords, articleWords} {
+				for _, m := range re.FindAllString(l, -1) {
+					bad = append(bad, fmt.Sprintf("%s: %q: a reference page speaks of the software, not of a machine or the article", where, m))
+				}
+			}
+		}
+	}
+	return bad, nil
+}
