@@ -236,6 +236,13 @@ affinity:
 		return apierrors.IsNotFound(err)
 	}, 60*time.Second, 200*time.Millisecond, "the plugin pod gone")
 	assert.Less(t, time.Since(start), 20*time.Second, "the plugin stopped on SIGTERM, not at the end of its grace period")
+
+	// The kubelet deletes the node's slices of a driver 30 s after its
+	// last plugin went (its wiping delay): an uninstall leaves none.
+	gone := time.Now()
+	eventually(t, func() bool { return len(n.publishedEFAs(t)) == 0 }, 90*time.Second, 500*time.Millisecond,
+		func() string { return fmt.Sprintf("%d dra.net devices still published", len(n.publishedEFAs(t))) })
+	t.Logf("the node's dra.net slices deleted %s after the plugin stopped", time.Since(gone).Round(time.Second))
 }
 
 // taskPID is the node's PID of a container's process (containerd's task).
