@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +223,60 @@ func TestFlagsFromEnv(t *testing.T) {
 		assert.Contains(t, out.String(), msg, v)
 		os.Unsetenv(k)
 	}
+}
+
+// TestFlagsTableDocumented: docs/plugin.md's flags table has a row for
+// every flag that has a variable, with that variable and the flag's
+// default, and no row for a flag the plugin lacks.
+func TestFlagsTableDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/plugin.md")
+	require.NoError(t, err)
+	type row struct{ env, def string }
+	rows := map[string]row{}
+	cell := regexp.MustCompile("^`([^`]*)`")
+	for _, l := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(l, "| `--") {
+			continue
+		}
+		c := strings.Split(l, "|")
+		require.Len(t, c, 5, l)
+		name := strings.Trim(strings.TrimSpace(c[1]), "`-")
+		env := strings.Trim(strings.TrimSpace(c[2]), "`")
+		def := strings.TrimSpace(c[3])
+		if m := cell.FindStringSubmatch(def); m != nil {
+			def = m[1]
+		}
+		rows[name] = row{env, def}
+	}
+	var out bytes.Buffer
+	_, _, ok := parseArgs([]string{"--help"}, &out, &out)
+	require.False(t, ok)
+	defaults := map[string]string{}
+	defRe := regexp.MustCompile(`\(default (.*)\)\s*$`)
+	for _, block := range strings.Split(out.String(), "\n  -")[1:] {
+		name := strings.Fields(block)[0]
+		if m := defRe.FindStringSubmatch(strings.TrimRight(block, "\n")); m != nil {
+			defaults[name] = strings.Trim(m[1], `"`)
+		}
+	}
+	for _, fe := range flagEnv {
+		r, ok := rows[fe.flag]
+		if !assert.True(t, ok, "--%s has no row in docs/plugin.md's flags table", fe.flag) {
+			continue
+		}
+		assert.Equal(t, fe.env, r.env, "--%s's variable", fe.flag)
+		if d, ok := defaults[fe.flag]; ok {
+			a, errA := time.ParseDuration(d)
+			b, errB := time.ParseDuration(r.def)
+			if errA == nil && errB == nil {
+				assert.Equal(t, a, b, "--%s's default", fe.flag) // 1m and 1m0s
+			} else {
+				assert.Equal(t, d, r.def, "--%s's default", fe.flag)
+			}
+		} else {
+			assert.Contains(t, []string{"false", `""`, "required", "none (the chart passes its class's: `vpc.amazonaws.com/efa`)", "in-cluster configuration"}, r.def, "--%s has no default: the row says what then", fe.flag)
+		}
+		delete(rows, fe.flag)
+	}
+	assert.Empty(t, rows, "rows for flags the plugin lacks")
 }

@@ -76,6 +76,8 @@ var Allowed = map[string][]string{
 	"internal/testfixture":         nil,
 	"internal/testtimes":           nil,
 	"internal/doccheck":            nil,
+	"internal/chartdoc":            nil,
+	"internal/msgdoc":              nil,
 }
 
 // NoCluster are the packages that reach no cluster and serve nothing: the
