@@ -121,10 +121,16 @@ func New() *Metrics {
 	m.ClaimStatus = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "efakit_plugin_claim_status_writes_total", Help: "Writes of prepared claims' status.devices (server-side apply), by outcome: written, retry, gone (the claim was deleted or deallocated meanwhile), forbidden, dropped (the API server keeps no device status), failed.",
 	}, []string{"outcome"})
-	m.Registry.MustRegister(m.StorageWritable, m.ClaimStatus)
-	m.Registry.MustRegister(m.Calls, m.Latency, m.Wait, m.Scans.Devices, m.Published, m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Health.Unhealthy, m.Health.Degraded, m.Health.Grade, m.StandingAside,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(m.Own()...)
+	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Own are the plugin's own collectors, which New registers (beside Go's
+// and the process's, and the EFA exporter, which the plugin adds).
+func (m *Metrics) Own() []prometheus.Collector {
+	return []prometheus.Collector{m.StorageWritable, m.ClaimStatus, m.Calls, m.Latency, m.Wait, m.Scans.Devices, m.Published,
+		m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Health.Unhealthy, m.Health.Degraded, m.Health.Grade, m.StandingAside}
 }
 
 // Observe records a prepare or unprepare (op) of one claim.
