@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -431,4 +432,51 @@ func TestChartNeedsImage(t *testing.T) {
 	out, err = exec.Command("go", "tool", "helm", "lint", "../../deployments/helm/efakit", "--set", "image.repository=registry.example/efakit-plugin").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.NotContains(t, string(out), "Missing required value")
+}
+
+// TestRBACDocumented: docs/rbac.md's table holds exactly the rules of the
+// chart's ClusterRole (default values, Kubernetes 1.37), one row per rule:
+// API group, resource, names, verbs.
+func TestRBACDocumented(t *testing.T) {
+	var role *rbacv1.ClusterRole
+	for _, o := range render(t, "--kube-version", "1.37.0") {
+		if r, ok := o.(*rbacv1.ClusterRole); ok {
+			role = r
+		}
+	}
+	require.NotNil(t, role)
+	var want []string
+	for _, r := range role.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				group := "`" + g + "`"
+				if g == "" {
+					group = "(core)"
+				}
+				var names, verbs []string
+				for _, n := range r.ResourceNames {
+					names = append(names, "`"+n+"`")
+				}
+				for _, v := range r.Verbs {
+					verbs = append(verbs, "`"+v+"`")
+				}
+				want = append(want, strings.Join([]string{group, "`" + res + "`", strings.Join(names, ", "), strings.Join(verbs, ", ")}, " | "))
+			}
+		}
+	}
+	doc, err := os.ReadFile("../../docs/rbac.md")
+	require.NoError(t, err)
+	var got []string
+	for _, l := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(l, "| `") && !strings.HasPrefix(l, "| (core)") {
+			continue
+		}
+		c := strings.Split(strings.Trim(l, "|"), "|")
+		require.Len(t, c, 5, l)
+		for i := range c {
+			c[i] = strings.TrimSpace(c[i])
+		}
+		got = append(got, strings.Join(c[:4], " | "))
+	}
+	assert.ElementsMatch(t, want, got)
 }
