@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -41,8 +42,11 @@ func renderRelease(t *testing.T, name, ns string, args ...string) []runtime.Obje
 	version, err := moduleKubeVersion("k8s")
 	require.NoError(t, err)
 	// The image a user pushed: the chart has no default (TestChartNeedsImage).
+	// A values file, not --set, so that a caller's -f overrides it.
+	image := filepath.Join(t.TempDir(), "image.yaml")
+	require.NoError(t, os.WriteFile(image, []byte("image: {repository: registry.example/efakit-plugin}\n"), 0o644))
 	cmd := exec.Command("go", append([]string{"tool", "helm", "template", name, "../../deployments/helm/efakit", "--namespace", ns, "--kube-version", version,
-		"--set", "image.repository=registry.example/efakit-plugin"}, args...)...)
+		"-f", image}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	require.NoError(t, cmd.Run(), errOut.String())
