@@ -88,4 +88,3 @@ func minorOf(v string) int {
 	_, _ = fmt.Sscanf(v, "%d.%d", &major, &minor)
 	return minor
 }
-

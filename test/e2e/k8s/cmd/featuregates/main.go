@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"os"
 
-	"k8s.io/component-base/featuregate"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/featuregate"
 	_ "k8s.io/kubernetes/pkg/features" // registers the gates with their versioned defaults
 )
 
