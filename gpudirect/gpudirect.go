@@ -70,7 +70,7 @@ const (
 
 // Sources of the rules, as the findings cite them.
 const (
-	SourceNVIDIATopology = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv-pci.c (nv_pci_is_valid_topology_for_direct_pci) and nv-dmabuf.c; NVIDIA driver 595.91.07 release notes; NVIDIA/aicr issues 2383 and 2439"
+	SourceNVIDIATopology = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv-pci.c (nv_pci_is_valid_topology_for_direct_pci) and nv-dmabuf.c; NVIDIA driver 595.91.07 release notes; NVIDIA/aicr#2383 and #2439"
 	SourceDMABuf         = "aws-ofi-nccl pull requests 848 and 861 (dma-buf needs kernel 5.12; GB200 needs dma-buf); kernel drivers/infiniband/core/umem_dmabuf.c (5.12)"
 	SourceEFAP2P         = "amzn-drivers kernel/linux/efa/src/efa_sysfs.c, efa_p2p.c and efa_nvmem_impl.h"
 	SourceACS            = "PCI Express Base Specification, ACS extended capability; NCCL troubleshooting guide, PCI Access Control Services"
