@@ -36,6 +36,9 @@ type facts struct {
 	gpus     []*pcie.Device // NVIDIA GPUs of the PCI tree
 	inactive []*pcie.Device
 	scanErrs []error // efa.Scan's, one per damaged device or file
+	// tree and efaRes are efa.Scan's, for the GPUDirect judgement.
+	tree   *pcie.Tree
+	efaRes *efa.Result
 
 	verbs     []*verbsDevice // every uverbs device of sysfs, by number
 	verbsErrs []error
@@ -84,6 +87,7 @@ type nodeProbe struct {
 func gather(ctx context.Context, o Options) *facts {
 	f := &facts{ctx: ctx, o: o, env: envMap(o.Environ), sysfs: sysfs.NewReader(o.Sysfs)}
 	tree, res, err := efa.Scan(o.Sysfs)
+	f.tree, f.efaRes = tree, res
 	if res != nil {
 		f.efas, f.inactive = res.EFAs, res.Inactive
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -13,7 +14,7 @@ import (
 // fixGPUDirect points at the full answer: every pair and finding.
 const fixGPUDirect = "efakit topo --proc /proc -o json lists every pair's findings with their sources; docs/operations.md, \"GPUDirect readiness\", says what to change for each"
 
-// gpuDirect judges each GPU with its closest EFAs (gpudirect.Assess): pass
+// gpuDirect judges each GPU with its closest EFAs (gpudirect.Judge): pass
 // when every pair is ready, warn when one is blocked or slowed by ACS,
 // skip when the facts to judge are missing. Its messages name the first
 // pair of each finding.
@@ -21,11 +22,13 @@ func (f *facts) gpuDirect() Check {
 	if len(f.gpus) == 0 || len(f.efas) == 0 {
 		return Check{ID: CheckGPUDirect, Status: Skip, Message: "no GPU with an EFA"}
 	}
-	topo, _ := topology.Scan(f.o.Sysfs) // its errors are efa-devices'
+	// The topology of the tree and EFAs efa.Scan found: the judgement
+	// needs only GPUs, EFAs and the instance type, so no Neuron class.
 	r := sysfs.NewReader(f.o.Sysfs)
-	node, _ := gpudirect.ReadNode(r, os.DirFS(f.o.ProcDir)) // a file not read is a fact unknown, in the findings
-	pairs, _ := gpudirect.Assess(r, topo, node)
-	_ = gpudirect.ReadACS(r, pairs) // a port not read is ACS unknown, in the findings
+	h, _ := host.Read(r) // the instance type; a damaged file leaves it unknown
+	topo := topology.Build(f.tree, f.efaRes, h, nil)
+	// A file not read is a fact unknown, in the findings.
+	pairs, _, _ := gpudirect.Judge(r, topo, os.DirFS(f.o.ProcDir))
 	if len(pairs) == 0 {
 		return Check{ID: CheckGPUDirect, Status: Skip, Message: "no GPU has an EFA among its closest devices"}
 	}
@@ -42,30 +45,20 @@ func (f *facts) gpuDirect() Check {
 	if count[gpudirect.Ready] == len(pairs) {
 		return Check{ID: CheckGPUDirect, Status: Pass, Message: summary + " (" + methods(pairs) + ")"}
 	}
-	var parts []part
-	parts = append(parts, part{Pass, summary, ""})
-	seen := map[string]bool{}
-	for _, p := range pairs {
-		if p.Status == gpudirect.Ready {
-			continue
-		}
-		status := Warn
-		if p.Status == gpudirect.Unknown {
-			status = Skip
-		}
-		for _, x := range p.Paths {
-			for _, fd := range x.Findings {
-				key := string(x.Method) + " " + fd.Check
-				if fd.Status == gpudirect.Ready || seen[key] {
-					continue
-				}
-				seen[key] = true
-				parts = append(parts, part{status, fmt.Sprintf("%s-%s %s: %s", p.GPU.Name, p.EFA.Name, key, fd.Message), fixGPUDirect})
+	parts := []part{{Pass, summary, ""}}
+	for _, b := range gpudirect.Blockers(pairs) {
+		name := b.Pair.GPU.Name + "-" + b.Pair.EFA.Name
+		switch {
+		case b.Finding.Check == gpudirect.CheckACS && b.Finding.Status == gpudirect.Slow:
+			parts = append(parts, part{Warn, fmt.Sprintf("%s: %s", name, b.Finding.Message), fixGPUDirect})
+		case b.Finding.Check == gpudirect.CheckACS:
+			// ACS unknown: speed, not readiness, and topo says it
+		default:
+			status := Warn
+			if b.Pair.Status == gpudirect.Unknown {
+				status = Skip
 			}
-		}
-		if p.ACS != nil && p.ACS.Status == gpudirect.Slow && !seen["acs"] {
-			seen["acs"] = true
-			parts = append(parts, part{Warn, fmt.Sprintf("%s-%s: %s", p.GPU.Name, p.EFA.Name, p.ACS.Message), fixGPUDirect})
+			parts = append(parts, part{status, fmt.Sprintf("%s %s: %s", name, b.Key, b.Finding.Message), fixGPUDirect})
 		}
 	}
 	return combine(CheckGPUDirect, parts...)

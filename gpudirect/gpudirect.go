@@ -404,3 +404,59 @@ func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Devi
 	}
 	return f, errs
 }
+
+// Judge is the whole judgement of a root, through one Reader: the node's
+// facts (ReadNode; proc may be nil), each GPU with its closest EFAs
+// (Assess), and the ACS of the switch ports between them (ReadACS).
+func Judge(r *sysfs.Reader, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
+	n, nerr := ReadNode(r, proc)
+	pairs, aerr := Assess(r, t, n)
+	return pairs, n, errors.Join(nerr, aerr, ReadACS(r, pairs))
+}
+
+// Blocker is a finding that keeps pairs from ready, on the first pair it
+// applies to.
+type Blocker struct {
+	Pair *Pair
+	// Key is the method and check ("dma-buf nvidia-topology-check"), or
+	// the check alone for ACS.
+	Key     string
+	Finding Finding
+	// Pairs is how many pairs that are not ready the finding applies to.
+	Pairs int
+}
+
+// Blockers lists, in the pairs' order, each finding that is not ready on
+// a pair that is not ready (ACS included), once per method, check and
+// status, on the first pair it applies to.
+func Blockers(pairs []Pair) []Blocker {
+	var out []Blocker
+	at := map[string]int{}
+	add := func(p *Pair, key string, f Finding) {
+		if f.Status == Ready {
+			return
+		}
+		k := key + " " + f.Status.String()
+		if i, ok := at[k]; ok {
+			out[i].Pairs++
+			return
+		}
+		at[k] = len(out)
+		out = append(out, Blocker{Pair: p, Key: key, Finding: f, Pairs: 1})
+	}
+	for i := range pairs {
+		p := &pairs[i]
+		if p.Status == Ready {
+			continue
+		}
+		for _, x := range p.Paths {
+			for _, f := range x.Findings {
+				add(p, string(x.Method)+" "+f.Check, f)
+			}
+		}
+		if p.ACS != nil {
+			add(p, p.ACS.Check, *p.ACS)
+		}
+	}
+	return out
+}

@@ -197,11 +197,8 @@ func TestSnapshotGPUDirect(t *testing.T) {
 		topo, err := topology.Scan(root)
 		require.NoError(t, err)
 		r := sysfs.NewReader(root)
-		n, err := gpudirect.ReadNode(r, proc)
+		pairs, _, err := gpudirect.Judge(r, topo, proc)
 		require.NoError(t, err)
-		pairs, err := gpudirect.Assess(r, topo, n)
-		require.NoError(t, err)
-		require.NoError(t, gpudirect.ReadACS(r, pairs))
 		for i := range pairs {
 			pairs[i].GPU, pairs[i].EFA = nil, nil // of two topologies
 		}

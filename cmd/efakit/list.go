@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"strings"
 	"text/tabwriter"
 
@@ -102,11 +101,9 @@ func iommuGroup(d *pcie.Device) *int {
 }
 
 // readDetails reads what topology.Scan leaves out and list and topo -o
-// json show: the PCIe link and IOMMU group of each device, an EFA's gdr
-// file, and the efa driver's version, which it returns ("" for the in-tree
-// driver or a version unknown). Errors name the device and the file.
-func readDetails(fsys fs.ReadLinkFS, t *topology.Topology) (string, error) {
-	r := sysfs.NewReader(fsys)
+// json show: the PCIe link and IOMMU group of each device, and an EFA's
+// gdr file. Errors name the device and the file.
+func readDetails(r *sysfs.Reader, t *topology.Topology) error {
 	var errs []error
 	for _, d := range t.Devices {
 		if d.PCI != nil {
@@ -116,8 +113,7 @@ func readDetails(fsys fs.ReadLinkFS, t *topology.Topology) (string, error) {
 			errs = append(errs, efa.ReadOptional(r, d.EFA, efa.OptGDR))
 		}
 	}
-	v, err := efa.ReadDriverVersion(r)
-	return v, errors.Join(append(errs, err)...)
+	return errors.Join(errs...)
 }
 
 type portView struct {
@@ -195,8 +191,9 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit list", r)
 	topo, scanErr := topology.Scan(r)
-	version, detailErr := readDetails(r, topo)
-	scanErr = errors.Join(scanErr, detailErr)
+	sr := sysfs.NewReader(r)
+	version, verErr := efa.ReadDriverVersion(sr)
+	scanErr = errors.Join(scanErr, readDetails(sr, topo), verErr)
 	// The table prints no names. JSON and YAML do: the built-in ones, or
 	// the machine's pci.ids where a function's name is not built in.
 	var names *pcie.Names

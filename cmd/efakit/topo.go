@@ -173,20 +173,22 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit topo", r)
 	t, scanErr := topology.Scan(r)
+	// One Reader for the details and the GPUDirect judgement, which reads
+	// the efa driver's version the JSON prints.
+	sr := sysfs.NewReader(r)
+	pairs, node, err := assessGPUDirect(sr, t, *root, *proc)
+	scanErr = errors.Join(scanErr, err)
 	// Only the JSON prints names (the matrix has none), links, IOMMU
 	// groups and the driver's version.
 	var names *pcie.Names
-	version := ""
 	if *out == "json" {
 		names = pcie.LoadNames()
-		var err error
-		version, err = readDetails(r, t)
-		scanErr = errors.Join(scanErr, err)
+		scanErr = errors.Join(scanErr, readDetails(sr, t))
 	}
-	pairs, err := assessGPUDirect(r, t, *root, *proc)
-	scanErr = errors.Join(scanErr, err)
 	v := newTopoView(t, names)
-	v.EFADriverVersion = version
+	if *out == "json" {
+		v.EFADriverVersion = node.EFADriverVersion
+	}
 	v.GPUDirect = newGPUDirectViews(pairs)
 	if *out == "json" {
 		b, err := json.MarshalIndent(v, "", "  ")
@@ -297,9 +299,9 @@ func printMatrix(w io.Writer, t *topology.Topology, v topoView) {
 	}
 }
 
-// assessGPUDirect judges each GPU with its closest EFAs; proc is read when
-// given, or when the root is the live /sys.
-func assessGPUDirect(fsys fs.ReadLinkFS, t *topology.Topology, root, proc string) ([]gpudirect.Pair, error) {
+// assessGPUDirect judges each GPU with its closest EFAs (gpudirect.Judge);
+// proc is read when given, or when the root is the live /sys.
+func assessGPUDirect(r *sysfs.Reader, t *topology.Topology, root, proc string) ([]gpudirect.Pair, gpudirect.Node, error) {
 	if proc == "" && filepath.Clean(root) == "/sys" {
 		proc = "/proc"
 	}
@@ -307,10 +309,7 @@ func assessGPUDirect(fsys fs.ReadLinkFS, t *topology.Topology, root, proc string
 	if proc != "" {
 		pfs = os.DirFS(proc)
 	}
-	r := sysfs.NewReader(fsys)
-	n, nerr := gpudirect.ReadNode(r, pfs)
-	pairs, err := gpudirect.Assess(r, t, n)
-	return pairs, errors.Join(nerr, err, gpudirect.ReadACS(r, pairs))
+	return gpudirect.Judge(r, t, pfs)
 }
 
 // printGPUDirect prints each pair's readiness, and what keeps those not
@@ -336,42 +335,15 @@ func printGPUDirect(w io.Writer, v topoView) {
 	tw.Flush()
 	// What blocks or is unknown: each check's finding on its first pair,
 	// with how many pairs it applies to.
-	type reason struct {
-		first string
-		n     int
-	}
-	var order []string
-	byCheck := map[string]*reason{}
-	add := func(p gpuDirectView, key string, f gpudirect.Finding) {
-		if f.Status == gpudirect.Ready {
-			return
-		}
-		if r, ok := byCheck[key]; ok {
-			r.n++
-			return
-		}
-		byCheck[key] = &reason{first: fmt.Sprintf("%s %s, %s: %s", p.GPU, p.EFA, key, f.Message), n: 1}
-		order = append(order, key)
-	}
-	for _, p := range v.GPUDirect {
-		if p.Status == gpudirect.Ready {
-			continue
-		}
-		for _, x := range p.Paths {
-			for _, f := range x.Findings {
-				add(p, string(x.Method)+" "+f.Check, f)
-			}
-		}
-		if p.ACS != nil {
-			add(p, p.ACS.Check, *p.ACS)
-		}
+	pairs := make([]gpudirect.Pair, len(v.GPUDirect))
+	for i, p := range v.GPUDirect {
+		pairs[i] = p.Pair
 	}
 	var reasons []string
-	for _, k := range order {
-		r := byCheck[k]
-		s := r.first
-		if r.n > 1 {
-			s += fmt.Sprintf(" (and %d more pairs)", r.n-1)
+	for _, b := range gpudirect.Blockers(pairs) {
+		s := fmt.Sprintf("%s %s, %s: %s", b.Pair.GPU.Name, b.Pair.EFA.Name, b.Key, b.Finding.Message)
+		if b.Pairs > 1 {
+			s += fmt.Sprintf(" (and %d more pairs)", b.Pairs-1)
 		}
 		reasons = append(reasons, s)
 	}

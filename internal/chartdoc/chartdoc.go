@@ -90,27 +90,28 @@ func flow(v *yaml.Node) (string, error) {
 	if v.Kind == yaml.SequenceNode && len(v.Content) > maxListed {
 		return fmt.Sprintf("a list of %d", len(v.Content)), nil
 	}
-	c := *v
-	c.HeadComment, c.LineComment, c.FootComment = "", "", ""
-	setFlow(&c)
+	c := flowCopy(v)
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
-	if err := enc.Encode(&c); err != nil {
+	if err := enc.Encode(c); err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(b.String()), nil
 }
 
-func setFlow(n *yaml.Node) {
-	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
-		n.Style = yaml.FlowStyle
+// flowCopy is a copy of n, without comments, its mappings and sequences in
+// flow style; n is left as it is.
+func flowCopy(n *yaml.Node) *yaml.Node {
+	c := *n
+	c.HeadComment, c.LineComment, c.FootComment = "", "", ""
+	if c.Kind == yaml.MappingNode || c.Kind == yaml.SequenceNode {
+		c.Style = yaml.FlowStyle
 	}
-	for i, c := range n.Content {
-		cc := *c
-		cc.HeadComment, cc.LineComment, cc.FootComment = "", "", ""
-		setFlow(&cc)
-		n.Content[i] = &cc
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, child := range n.Content {
+		c.Content[i] = flowCopy(child)
 	}
+	return &c
 }
 
 // Table is the Markdown table of the values: value, default, meaning.
