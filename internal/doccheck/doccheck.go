@@ -203,3 +203,96 @@ func Wording(fsys fs.FS, files []string) ([]string, error) {
 	}
 	return bad, nil
 }
+
+// Prose is how a Markdown page reads: the words and sentences of its
+// prose, and how many of its lines are code.
+type Prose struct {
+	Words, Sentences int
+	// CodeLines are the lines of fenced blocks, fences included; Lines
+	// are the page's lines that are not blank.
+	CodeLines, Lines int
+}
+
+// WordsPerSentence is the mean length of the page's sentences.
+func (p Prose) WordsPerSentence() float64 {
+	if p.Sentences == 0 {
+		return 0
+	}
+	return float64(p.Words) / float64(p.Sentences)
+}
+
+// CodeShare is the share of the page's lines that are code, 0 to 1.
+func (p Prose) CodeShare() float64 {
+	if p.Lines == 0 {
+		return 0
+	}
+	return float64(p.CodeLines) / float64(p.Lines)
+}
+
+// Add sums two pages.
+func (p Prose) Add(q Prose) Prose {
+	return Prose{p.Words + q.Words, p.Sentences + q.Sentences, p.CodeLines + q.CodeLines, p.Lines + q.Lines}
+}
+
+var (
+	listItem    = regexp.MustCompile(`^([-*+]|\d+\.)\s+`)
+	inlineCode  = regexp.MustCompile("`[^`]*`")
+	linkTarget  = regexp.MustCompile(`\]\([^)]*\)`)
+	sentenceEnd = regexp.MustCompile(`[.!?]\s+`)
+)
+
+// ReadProse measures a page. Prose is what is left without fenced blocks,
+// headings and tables; a paragraph and a list item each end a sentence,
+// and so does '.', '!' or '?' before a space. Inline code counts as one
+// word and a link as its text. A generated block (from a "<!-- BEGIN"
+// line to a "<!-- END" line) is data, not prose, and is left out.
+func ReadProse(b []byte) Prose {
+	var p Prose
+	var unit []string
+	flush := func() {
+		if len(unit) == 0 {
+			return
+		}
+		t := linkTarget.ReplaceAllString(inlineCode.ReplaceAllString(strings.Join(unit, " "), "X"), "]")
+		for _, s := range sentenceEnd.Split(t, -1) {
+			if n := len(strings.Fields(s)); n > 0 {
+				p.Words += n
+				p.Sentences++
+			}
+		}
+		unit = unit[:0]
+	}
+	fenced, generated := false, false
+	for _, l := range strings.Split(string(b), "\n") {
+		s := strings.TrimSpace(l)
+		switch {
+		case !fenced && strings.HasPrefix(s, "<!-- BEGIN"):
+			generated = true
+			flush()
+		case generated:
+			generated = !strings.HasPrefix(s, "<!-- END")
+		case strings.HasPrefix(s, "```"):
+			fenced = !fenced
+			p.CodeLines++
+			p.Lines++
+			flush()
+		case fenced:
+			p.CodeLines++
+			p.Lines++
+		case s == "":
+			flush()
+		case strings.HasPrefix(s, "|"), strings.HasPrefix(s, "#"):
+			p.Lines++
+			flush()
+		default:
+			p.Lines++
+			if listItem.MatchString(s) {
+				flush()
+				s = listItem.ReplaceAllString(s, "")
+			}
+			unit = append(unit, s)
+		}
+	}
+	flush()
+	return p
+}

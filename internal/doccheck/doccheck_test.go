@@ -103,3 +103,38 @@ func TestWordingFinds(t *testing.T) {
 		`docs/performance.md:1: "issues 12" names one of the project's issues: say what the software does`,
 	}, bad)
 }
+
+func TestReadProse(t *testing.T) {
+	p := ReadProse([]byte("# A heading of five words\n\nOne two three. Four five\nsix `seven eight`!\n\n" +
+		"- a list item\n- another [link](x.md#y) here\n\n| a | table |\n|---|---|\n\n```sh\n$ make test\n```\n"))
+	assert.Equal(t, Prose{Words: 13, Sentences: 4, CodeLines: 3, Lines: 10}, p)
+	assert.InDelta(t, 3.25, p.WordsPerSentence(), 1e-9)
+	assert.InDelta(t, 3.0/10, p.CodeShare(), 1e-9)
+}
+
+// MaxWordsPerSentence is the longest mean sentence a page other than the
+// reports may have.
+const MaxWordsPerSentence = 24
+
+// TestRepositoryProse prints how each page reads (go test -v) and fails
+// when a page's sentences average more than MaxWordsPerSentence words.
+// The reports are measured too but not held to it: a figure's
+// conditions make long sentences.
+func TestRepositoryProse(t *testing.T) {
+	root := os.DirFS("../..")
+	var all Prose
+	for _, f := range markdown(t, root) {
+		if !strings.HasPrefix(f, "docs/") && f != "README.md" {
+			continue
+		}
+		b, err := fs.ReadFile(root, f)
+		require.NoError(t, err)
+		p := ReadProse(b)
+		all = all.Add(p)
+		t.Logf("%-28s %5.1f words a sentence, %4d sentences, %3.0f%% code", f, p.WordsPerSentence(), p.Sentences, 100*p.CodeShare())
+		if !Reports[f] {
+			assert.LessOrEqual(t, p.WordsPerSentence(), float64(MaxWordsPerSentence), "%s: sentences average %.1f words; split them", f, p.WordsPerSentence())
+		}
+	}
+	t.Logf("%-28s %5.1f words a sentence, %4d sentences, %3.0f%% code", "all", all.WordsPerSentence(), all.Sentences, 100*all.CodeShare())
+}
