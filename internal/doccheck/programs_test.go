@@ -1,0 +1,123 @@
+package doccheck
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A program is a ```go block of the docs that is a whole program
+// (package main), with the ```text block under it: a "$ go run . ARGS"
+// line and the lines the program prints.
+type program struct {
+	where  string // page:line
+	source string
+	args   []string
+	want   string
+}
+
+// programs reads a page's programs. A program with no ```text block
+// under it, or one that does not start with "$ go run .", is an error.
+func programs(page string, b []byte) ([]program, error) {
+	var out []program
+	var block []string
+	lang, start, open := "", 0, false
+	pending := -1 // index in out of a program waiting for its output
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		fence := strings.HasPrefix(strings.TrimSpace(l), "```")
+		switch {
+		case fence && !open:
+			lang, start, open, block = strings.TrimPrefix(strings.TrimSpace(l), "```"), n, true, block[:0]
+		case fence && open:
+			open = false
+			text := strings.Join(block, "\n") + "\n"
+			switch {
+			case lang == "go" && strings.HasPrefix(text, "package main"):
+				if pending >= 0 {
+					return nil, fmt.Errorf("%s: program has no ```text block of its output", out[pending].where)
+				}
+				out = append(out, program{where: fmt.Sprintf("%s:%d", page, start), source: text})
+				pending = len(out) - 1
+			case pending >= 0:
+				run, output, _ := strings.Cut(text, "\n")
+				args, ok := strings.CutPrefix(run, "$ go run .")
+				if lang != "text" || !ok {
+					return nil, fmt.Errorf("%s: the block under the program is not ```text starting with \"$ go run .\"", out[pending].where)
+				}
+				out[pending].args, out[pending].want = strings.Fields(args), output
+				pending = -1
+			}
+		case open:
+			block = append(block, l)
+		}
+	}
+	if pending >= 0 {
+		return nil, fmt.Errorf("%s: program has no ```text block of its output", out[pending].where)
+	}
+	return out, nil
+}
+
+// TestGoPrograms builds each whole program of the docs against this
+// tree, runs it from the repository's root with the arguments its
+// output block names, and compares what it prints.
+func TestGoPrograms(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	var all []program
+	for _, f := range markdown(t, os.DirFS(repo)) {
+		b, err := os.ReadFile(filepath.Join(repo, f))
+		require.NoError(t, err)
+		p, err := programs(f, b)
+		require.NoError(t, err)
+		all = append(all, p...)
+	}
+	require.NotEmpty(t, all, "docs/library.md has programs")
+	// The package must be inside the module to import it; a directory
+	// starting with "." is left out of ./... patterns.
+	dir, err := os.MkdirTemp(repo, ".docprograms-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	for i, p := range all {
+		t.Run(p.where, func(t *testing.T) {
+			pkg := filepath.Join(dir, fmt.Sprint(i))
+			require.NoError(t, os.Mkdir(pkg, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(pkg, "main.go"), []byte(p.source), 0o644))
+			bin := filepath.Join(pkg, "prog")
+			build := exec.Command("go", "build", "-o", bin, ".")
+			build.Dir = pkg
+			out, err := build.CombinedOutput()
+			require.NoError(t, err, "%s does not build:\n%s", p.where, out)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			run := exec.CommandContext(ctx, bin, p.args...)
+			run.Dir = repo
+			var stderr bytes.Buffer
+			run.Stderr = &stderr
+			got, err := run.Output()
+			require.NoError(t, err, "%s: %s", p.where, stderr.String())
+			assert.Equal(t, p.want, string(got), "%s prints, on %v", p.where, p.args)
+		})
+	}
+}
+
+func TestProgramsNeedOutput(t *testing.T) {
+	_, err := programs("a.md", []byte("```go\npackage main\n\nfunc main() {}\n```\n\nno output\n"))
+	assert.ErrorContains(t, err, "a.md:1: program has no ```text block")
+	_, err = programs("a.md", []byte("```go\npackage main\n```\n\n```text\nhello\n```\n"))
+	assert.ErrorContains(t, err, "not ```text starting with")
+	p, err := programs("a.md", []byte("```go\npackage main\n```\n\n```text\n$ go run . x y\nhello\n```\n```go\nfmt.Println()\n```\n"))
+	require.NoError(t, err)
+	assert.Equal(t, []program{{where: "a.md:1", source: "package main\n", args: []string{"x", "y"}, want: "hello\n"}}, p)
+}
