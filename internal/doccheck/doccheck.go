@@ -245,7 +245,9 @@ var (
 // headings and tables; a paragraph and a list item each end a sentence,
 // and so does '.', '!' or '?' before a space. Inline code counts as one
 // word and a link as its text. A generated block (from a "<!-- BEGIN"
-// line to a "<!-- END" line) is data, not prose, and is left out.
+// line to a "<!-- END" line) is data, not prose, and is left out. An
+// indented block (four spaces or a tab, after a blank line, not a list
+// item) is code.
 func ReadProse(b []byte) Prose {
 	var p Prose
 	var unit []string
@@ -262,9 +264,12 @@ func ReadProse(b []byte) Prose {
 		}
 		unit = unit[:0]
 	}
-	fenced, generated := false, false
+	fenced, generated, indented, blank := false, false, false, true
 	for _, l := range strings.Split(string(b), "\n") {
 		s := strings.TrimSpace(l)
+		indented = !fenced && !generated && s != "" && (blank || indented) &&
+			(strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t")) && !listItem.MatchString(s)
+		blank = s == ""
 		switch {
 		case !fenced && strings.HasPrefix(s, "<!-- BEGIN"):
 			generated = true
@@ -276,7 +281,7 @@ func ReadProse(b []byte) Prose {
 			p.CodeLines++
 			p.Lines++
 			flush()
-		case fenced:
+		case fenced, indented:
 			p.CodeLines++
 			p.Lines++
 		case s == "":

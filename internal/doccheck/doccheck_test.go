@@ -106,10 +106,12 @@ func TestWordingFinds(t *testing.T) {
 
 func TestReadProse(t *testing.T) {
 	p := ReadProse([]byte("# A heading of five words\n\nOne two three. Four five\nsix `seven eight`!\n\n" +
-		"- a list item\n- another [link](x.md#y) here\n\n| a | table |\n|---|---|\n\n```sh\n$ make test\n```\n"))
-	assert.Equal(t, Prose{Words: 13, Sentences: 4, CodeLines: 3, Lines: 10}, p)
-	assert.InDelta(t, 3.25, p.WordsPerSentence(), 1e-9)
-	assert.InDelta(t, 3.0/10, p.CodeShare(), 1e-9)
+		"- a list item\n- another [link](x.md#y) here\n\n| a | table |\n|---|---|\n\n```sh\n$ make test\n```\n" +
+		"\n    indented code\n    more\n\n- item\n\n    - nested item\n" +
+		"<!-- BEGIN x -->\n- a b c d e f\n<!-- END x -->\n"))
+	assert.Equal(t, Prose{Words: 16, Sentences: 6, CodeLines: 5, Lines: 14}, p)
+	assert.InDelta(t, 16.0/6, p.WordsPerSentence(), 1e-9)
+	assert.InDelta(t, 5.0/14, p.CodeShare(), 1e-9)
 }
 
 // MaxWordsPerSentence is the longest mean sentence a page other than the
