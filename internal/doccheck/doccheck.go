@@ -1,7 +1,9 @@
-// Package doccheck finds the broken references of the repository's
-// Markdown: relative links to files that are not there or to headings a
-// page lacks, and make targets the Makefile does not have. Its test runs it
-// over the repository.
+// Package doccheck checks the repository's Markdown. Check finds broken
+// references: relative links to files that are not there or to headings a
+// page lacks, and make targets the Makefile does not have. Wording finds a
+// reference page speaking of the project's history. ReadProse measures
+// how a page reads. Its tests run them over the repository, and build and
+// run the docs' whole Go programs.
 package doccheck
 
 import (
