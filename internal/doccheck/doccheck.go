@@ -210,8 +210,8 @@ func Wording(fsys fs.FS, files []string) ([]string, error) {
 // prose, and how many of its lines are code.
 type Prose struct {
 	Words, Sentences int
-	// CodeLines are the lines of fenced blocks, fences included; Lines
-	// are the page's lines that are not blank.
+	// CodeLines are the lines of fenced (fences included) and indented
+	// blocks; Lines are the page's lines that are not blank.
 	CodeLines, Lines int
 }
 
