@@ -7,7 +7,6 @@
 package doccheck
 
 import (
-	"bufio"
 	"fmt"
 	"io/fs"
 	"path"
@@ -37,6 +36,66 @@ func Slug(heading string) string {
 	return b.String()
 }
 
+// A Line is one line of a Markdown page.
+type Line struct {
+	N    int // from 1
+	Text string
+	// Fence is a line that opens or closes a fenced block (it starts
+	// with three backquotes); Fenced a line inside one. Lang is the
+	// block's info string ("go", "console", "" for none) on both.
+	Fence, Fenced bool
+	Lang          string
+}
+
+// Lines splits a page into its lines, each marked inside or outside a
+// fenced block. Every check of this package reads pages through it.
+func Lines(b []byte) []Line {
+	var out []Line
+	fenced, lang := false, ""
+	for i, l := range strings.Split(string(b), "\n") {
+		s := strings.TrimSpace(l)
+		if strings.HasPrefix(s, "```") {
+			if !fenced {
+				lang = strings.TrimPrefix(s, "```")
+			}
+			out = append(out, Line{N: i + 1, Text: l, Fence: true, Lang: lang})
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			lang = ""
+		}
+		out = append(out, Line{N: i + 1, Text: l, Fenced: fenced, Lang: lang})
+	}
+	return out
+}
+
+// A Block is a fenced block of a page.
+type Block struct {
+	Lang  string   // its info string
+	Line  int      // the line of its opening fence
+	Lines []string // between the fences
+}
+
+// Blocks returns a page's fenced blocks in order; one left open runs to
+// the end of the page.
+func Blocks(b []byte) []Block {
+	var out []Block
+	open := false
+	for _, l := range Lines(b) {
+		switch {
+		case l.Fence && !open:
+			out = append(out, Block{Lang: l.Lang, Line: l.N})
+			open = true
+		case l.Fence:
+			open = false
+		case l.Fenced:
+			out[len(out)-1].Lines = append(out[len(out)-1].Lines, l.Text)
+		}
+	}
+	return out
+}
+
 // page is one Markdown file's anchors and references, outside code blocks.
 type page struct {
 	anchors map[string]bool
@@ -47,18 +106,11 @@ type page struct {
 func parse(b []byte) page {
 	p := page{anchors: map[string]bool{}}
 	seen := map[string]int{}
-	fenced := false
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if strings.HasPrefix(strings.TrimSpace(l), "```") {
-			fenced = !fenced
+	for _, line := range Lines(b) {
+		if line.Fence || line.Fenced {
 			continue
 		}
-		if fenced {
-			continue
-		}
+		l := line.Text
 		if h, ok := strings.CutPrefix(l, "#"); ok {
 			h = strings.TrimLeft(h, "#")
 			if strings.HasPrefix(h, " ") {
@@ -174,16 +226,11 @@ func Wording(fsys fs.FS, files []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		fenced := false
-		for i, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(strings.TrimSpace(l), "```") {
-				fenced = !fenced
+		for _, line := range Lines(b) {
+			if line.Fence || line.Fenced {
 				continue
 			}
-			if fenced {
-				continue
-			}
-			where := fmt.Sprintf("%s:%d", f, i+1)
+			l, where := line.Text, fmt.Sprintf("%s:%d", f, line.N)
 			upstream := map[int]bool{}
 			for _, m := range upstreamIssue.FindAllStringIndex(l, -1) {
 				upstream[m[1]] = true
@@ -266,24 +313,24 @@ func ReadProse(b []byte) Prose {
 		}
 		unit = unit[:0]
 	}
-	fenced, generated, indented, blank := false, false, false, true
-	for _, l := range strings.Split(string(b), "\n") {
-		s := strings.TrimSpace(l)
-		indented = !fenced && !generated && s != "" && (blank || indented) &&
+	generated, indented, blank := false, false, true
+	for _, line := range Lines(b) {
+		l, s := line.Text, strings.TrimSpace(line.Text)
+		code := line.Fence || line.Fenced
+		indented = !code && !generated && s != "" && (blank || indented) &&
 			(strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t")) && !listItem.MatchString(s)
 		blank = s == ""
 		switch {
-		case !fenced && strings.HasPrefix(s, "<!-- BEGIN"):
+		case !code && strings.HasPrefix(s, "<!-- BEGIN"):
 			generated = true
 			flush()
 		case generated:
 			generated = !strings.HasPrefix(s, "<!-- END")
-		case strings.HasPrefix(s, "```"):
-			fenced = !fenced
+		case line.Fence:
 			p.CodeLines++
 			p.Lines++
 			flush()
-		case fenced, indented:
+		case line.Fenced, indented:
 			p.CodeLines++
 			p.Lines++
 		case s == "":

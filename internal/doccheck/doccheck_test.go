@@ -136,3 +136,15 @@ func TestRepositoryProse(t *testing.T) {
 	}
 	t.Logf("%-28s %5.1f words a sentence, %4d sentences, %3.0f%% code", "all", all.WordsPerSentence(), all.Sentences, 100*all.CodeShare())
 }
+
+func TestBlocks(t *testing.T) {
+	b := []byte("text\n```console\n$ efakit list\n```\n\n  ```go\n  package main\n  ```\nafter\n```\nopen to the end\n")
+	assert.Equal(t, []Block{
+		{Lang: "console", Line: 2, Lines: []string{"$ efakit list"}},
+		{Lang: "go", Line: 6, Lines: []string{"  package main"}},
+		{Lang: "", Line: 10, Lines: []string{"open to the end", ""}},
+	}, Blocks(b))
+	lines := Lines(b)
+	assert.Equal(t, Line{N: 3, Text: "$ efakit list", Fenced: true, Lang: "console"}, lines[2])
+	assert.Equal(t, Line{N: 9, Text: "after"}, lines[8])
+}

@@ -1,7 +1,6 @@
 package doccheck
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -30,41 +29,29 @@ type program struct {
 // under it, or one that does not start with "$ go run .", is an error.
 func programs(page string, b []byte) ([]program, error) {
 	var out []program
-	var block []string
-	lang, start, open := "", 0, false
-	pending := -1 // index in out of a program waiting for its output
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for n := 1; sc.Scan(); n++ {
-		l := sc.Text()
-		fence := strings.HasPrefix(strings.TrimSpace(l), "```")
-		switch {
-		case fence && !open:
-			lang, start, open, block = strings.TrimPrefix(strings.TrimSpace(l), "```"), n, true, block[:0]
-		case fence && open:
-			open = false
-			text := strings.Join(block, "\n") + "\n"
-			switch {
-			case lang == "go" && strings.HasPrefix(text, "package main"):
-				if pending >= 0 {
-					return nil, fmt.Errorf("%s: program has no ```text block of its output", out[pending].where)
-				}
-				out = append(out, program{where: fmt.Sprintf("%s:%d", page, start), source: text})
-				pending = len(out) - 1
-			case pending >= 0:
-				run, output, _ := strings.Cut(text, "\n")
-				args, ok := strings.CutPrefix(run, "$ go run .")
-				if lang != "text" || !ok {
-					return nil, fmt.Errorf("%s: the block under the program is not ```text starting with \"$ go run .\"", out[pending].where)
-				}
-				out[pending].args, out[pending].want = strings.Fields(args), output
-				pending = -1
-			}
-		case open:
-			block = append(block, l)
+	blocks := Blocks(b)
+	for i, blk := range blocks {
+		text := strings.Join(blk.Lines, "\n") + "\n"
+		if blk.Lang != "go" || !strings.HasPrefix(text, "package main") {
+			continue
 		}
-	}
-	if pending >= 0 {
-		return nil, fmt.Errorf("%s: program has no ```text block of its output", out[pending].where)
+		where := fmt.Sprintf("%s:%d", page, blk.Line)
+		if i+1 == len(blocks) || blocks[i+1].Lang == "go" {
+			return nil, fmt.Errorf("%s: program has no ```text block of its output", where)
+		}
+		next := blocks[i+1]
+		args, ok := "", false
+		if len(next.Lines) > 0 {
+			args, ok = strings.CutPrefix(next.Lines[0], "$ go run .")
+		}
+		if next.Lang != "text" || !ok {
+			return nil, fmt.Errorf("%s: the block under the program is not ```text starting with \"$ go run .\"", where)
+		}
+		p := program{where: where, source: text, args: strings.Fields(args)}
+		for _, l := range next.Lines[1:] {
+			p.want += l + "\n"
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/efakit/efakit/internal/doccheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,28 +29,23 @@ func docCommands(t *testing.T, page string) []docCommand {
 	b, err := os.ReadFile(page)
 	require.NoError(t, err)
 	var out []docCommand
-	in := false
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	n := 0
-	for sc.Scan() {
-		n++
-		l := sc.Text()
-		trimmed := strings.TrimSpace(l)
-		switch {
-		case !in && trimmed == "```console":
-			in = true
-		case in && trimmed == "```":
-			in = false
-		case in && strings.HasPrefix(l, "$ "):
-			out = append(out, docCommand{where: fmt.Sprintf("%s:%d", page, n), command: strings.TrimPrefix(l, "$ ")})
-		case in && len(out) > 0 && strings.HasSuffix(out[len(out)-1].command, "\\") && len(out[len(out)-1].want) == 0:
-			c := &out[len(out)-1]
-			c.command += "\n" + l // bash reads the backslash and newline as one space
-		case in && len(out) > 0:
-			c := &out[len(out)-1]
-			c.want = append(c.want, l)
-		case in:
-			t.Fatalf("%s:%d: a ```console block starts with output, not a $ command", page, n)
+	for _, blk := range doccheck.Blocks(b) {
+		if blk.Lang != "console" {
+			continue
+		}
+		var last *docCommand
+		for i, l := range blk.Lines {
+			switch {
+			case strings.HasPrefix(l, "$ "):
+				out = append(out, docCommand{where: fmt.Sprintf("%s:%d", page, blk.Line+1+i), command: strings.TrimPrefix(l, "$ ")})
+				last = &out[len(out)-1]
+			case last == nil:
+				t.Fatalf("%s:%d: a ```console block starts with output, not a $ command", page, blk.Line+1+i)
+			case strings.HasSuffix(last.command, "\\") && len(last.want) == 0:
+				last.command += "\n" + l // bash reads the backslash and newline as one space
+			default:
+				last.want = append(last.want, l)
+			}
 		}
 	}
 	return out

@@ -61,15 +61,23 @@ func TestRealNodeSliceRepair(t *testing.T) {
 	}()
 
 	n.stopProc("kubelet", syscall.SIGTERM, 30*time.Second)
+	started := time.Now()
 	n.startKubelet()
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !deleted.IsZero() }, 60*time.Second, 50*time.Millisecond,
+	// The kubelet deletes the node's slices once its node lister has the
+	// Node, retrying from 1 s and doubling (with up to 20% jitter): a
+	// kubelet whose lister takes T to fill deletes by about 2.4T. It takes
+	// under a second here, but once, beside make test's other work, the
+	// kubelet registered its node 56 s after it started and a 60 s wait
+	// ran out; 150 s covers a T of a minute.
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !deleted.IsZero() }, 150*time.Second, 50*time.Millisecond,
 		"the restarted kubelet deletes the node's slices; kubelet log:\n%s", n.logTail("kubelet", 3000))
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !added.IsZero() }, 10*time.Second, 50*time.Millisecond,
 		"the plugin's slices back within 10 s of the kubelet's delete; plugin log:\n%s", n.logTail("efakit-plugin", 3000))
 	mu.Lock()
 	took := added.Sub(deleted)
 	mu.Unlock()
-	t.Logf("kubelet restart: the node's slices deleted, the plugin's back %v later", took.Round(time.Millisecond))
+	t.Logf("kubelet restart: the node's slices deleted %v after the start, the plugin's back %v later",
+		deleted.Sub(started).Round(time.Millisecond), took.Round(time.Millisecond))
 	n.waitEFAs(t, 32)
 	require.Eventually(t, func() bool {
 		return strings.Contains(n.logTail("efakit-plugin", 20000), "Published again the ResourceSlices someone else deleted or changed")

@@ -18,8 +18,6 @@ import (
 	"github.com/efakit/efakit/driver/claimstatus"
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/pcie"
-	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
 
 // waitEntries waits until a claim's dra.net entries in status.devices
@@ -245,11 +243,7 @@ func TestRealNodeSharing(t *testing.T) {
 // fixture, as the topology answers.
 func closestGPU(t *testing.T, fixture, pci string) string {
 	t.Helper()
-	root, err := sysfs.Open(fixture)
-	require.NoError(t, err)
-	defer root.Close()
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
+	topo := scanFixture(t, fixture)
 	a, err := pcie.ParseAddress(pci)
 	require.NoError(t, err)
 	e := topo.Lookup(a)
