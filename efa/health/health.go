@@ -16,7 +16,11 @@
 // fires when its counters advanced by at least its limit within the window,
 // and clears only once they advanced by at most half the limit
 // (ClearFraction): a device at the limit's edge does not flap between
-// grades at every sample. The rules, their counters and their defaults,
+// grades at every sample. A counter is counted only over its unbroken run
+// of reads: one that a read missed (its file gone, the read failed) or
+// that went back (a driver reload starts the counters again from 0)
+// starts again from that sample, so a gap never reads as an advance. The
+// rules, their counters and their defaults,
 // with the sources they rest on, are in docs/operations.md.
 package health
 
@@ -190,9 +194,13 @@ type history struct {
 	// samples are those with counters, oldest first; the first is the
 	// window's baseline.
 	samples []Sample
-	state   string            // the port's state at the last sample that knew it
-	flaps   []time.Time       // the times the port's state was seen to change
-	fired   map[string]uint64 // the rules that hold, with the count each fired at
+	// since is, by counter, when its unbroken run of reads began: every
+	// sample from then on has it, never lower than the sample before. A
+	// counter's advance is counted only within its run.
+	since map[string]time.Time
+	state string            // the port's state at the last sample that knew it
+	flaps []time.Time       // the times the port's state was seen to change
+	fired map[string]uint64 // the rules that hold, with the count each fired at
 }
 
 // NewTracker tracks devices under p, which must be valid.
@@ -223,14 +231,11 @@ func (t *Tracker) Observe(name string, s Sample, nodeRate float64) Verdict {
 	// A sample without counters (not read in time, or not yet) leaves the
 	// counted history as it is.
 	if s.Counters != nil {
-		if n := len(h.samples); n > 0 {
-			last := h.samples[n-1]
-			if reset(last.Counters, s.Counters) || !s.At.After(last.At) {
-				// The driver reloaded (its counters start again from 0)
-				// or the clock went back: the old samples say nothing now.
-				h.samples = h.samples[:0]
-			}
+		if n := len(h.samples); n > 0 && !s.At.After(h.samples[n-1].At) {
+			// The clock went back: the old samples say nothing now.
+			h.samples, h.since = h.samples[:0], nil
 		}
+		h.continueRuns(s)
 		h.samples = append(h.samples, s)
 	}
 	// Keep one sample at or before the window's start: the baseline the
@@ -264,12 +269,8 @@ func (t *Tracker) Observe(name string, s Sample, nodeRate float64) Verdict {
 			v.Grade, v.Reason = g, name
 		}
 	}
-	var base, now map[string]uint64
-	if len(h.samples) > 0 {
-		base, now = h.samples[0].Counters, h.samples[len(h.samples)-1].Counters
-	}
 	for _, r := range t.p.Rules {
-		count, ok := advance(base, now, r.Counters)
+		count, ok := h.advance(r.Counters)
 		if !ok {
 			delete(h.fired, r.Name)
 			continue
@@ -304,29 +305,61 @@ func (t *Tracker) Retain(names map[string]bool) {
 	}
 }
 
-// advance is the sum of the named counters' advance from base to now;
-// false when a counter is missing from either.
-func advance(base, now map[string]uint64, names []string) (uint64, bool) {
-	var sum uint64
-	for _, n := range names {
-		b, ok1 := base[n]
-		v, ok2 := now[n]
-		if !ok1 || !ok2 {
-			return 0, false
-		}
-		sum += v - b // reset() made sure v >= b
+// continueRuns updates each counter's run with the sample s, the newest.
+// A counter's run goes on while every read has it and it never goes
+// back. One missing from the sample before (its file was gone, or its read
+// failed) or lower than there (the driver reloaded and started it again
+// from 0) starts a new run at s: what it did in between is unknown, so
+// nothing before s is counted. A counter missing from s ends its run.
+func (h *history) continueRuns(s Sample) {
+	var prev map[string]uint64
+	if n := len(h.samples); n > 0 {
+		prev = h.samples[n-1].Counters
 	}
-	return sum, true
+	since := make(map[string]time.Time, len(s.Counters))
+	for name, v := range s.Counters {
+		p, had := prev[name]
+		began, running := h.since[name]
+		if !had || !running || v < p {
+			began = s.At
+		}
+		since[name] = began
+	}
+	h.since = since
 }
 
-// reset tells whether a counter went back: the driver reloaded.
-func reset(prev, now map[string]uint64) bool {
-	for n, v := range now {
-		if p, ok := prev[n]; ok && v < p {
-			return true
-		}
+// advance is the sum of the named counters' advance within the window,
+// each counted from the first sample of the window that its run holds;
+// false when a counter is missing from the newest sample. Within a run a
+// counter never goes back, so no difference is negative.
+func (h *history) advance(names []string) (uint64, bool) {
+	if len(h.samples) == 0 {
+		return 0, false
 	}
-	return false
+	now := h.samples[len(h.samples)-1].Counters
+	var sum uint64
+	for _, n := range names {
+		v, ok := now[n]
+		began, running := h.since[n]
+		if !ok || !running {
+			return 0, false
+		}
+		// The first sample at or after the run began: the window's
+		// baseline if the run holds it.
+		i, _ := slices.BinarySearchFunc(h.samples, began, func(s Sample, at time.Time) int { return s.At.Compare(at) })
+		if i == len(h.samples) {
+			return 0, false
+		}
+		b, ok := h.samples[i].Counters[n]
+		if !ok || v < b {
+			return 0, false // not a run after all: never a wrapped difference
+		}
+		if sum+(v-b) < sum {
+			return math.MaxUint64, true
+		}
+		sum += v - b
+	}
+	return sum, true
 }
 
 // ParseLimits sets the limits of p from "rule=limit,rule=limit" (the

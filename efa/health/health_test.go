@@ -244,3 +244,37 @@ func FuzzParseLimits(f *testing.F) {
 		assert.Equal(t, p.Limits(), q.Limits())
 	})
 }
+
+// TestCounterGapIsNoAdvance: a driver reload as the plugin reads it. The
+// counter files are gone for one read (an empty map), then back at 0.
+// The sample before the gap is no baseline for them: no advance of
+// 2^64 - 3, no Unhealthy; what follows counts from the return.
+func TestCounterGapIsNoAdvance(t *testing.T) {
+	tr := health.NewTracker(health.DefaultPolicy())
+	tr.Observe("efa0", sample(0, map[string]uint64{"no_completion_cmds": 3, "retrans_timeout_events": 500}), 100)
+	gone := sample(10*time.Second, nil)
+	gone.Counters = map[string]uint64{}
+	v := tr.Observe("efa0", gone, 100)
+	assert.Equal(t, health.Healthy, v.Grade, v.Message)
+	assert.Empty(t, v.Counts[health.RuleAdminTimeouts], "no counter, no count")
+	v = tr.Observe("efa0", sample(20*time.Second, map[string]uint64{"tx_pkts": 0}), 100)
+	assert.Equal(t, health.Healthy, v.Grade, v.Message)
+	assert.Equal(t, uint64(0), v.Counts[health.RuleAdminTimeouts])
+	v = tr.Observe("efa0", sample(30*time.Second, map[string]uint64{"retrans_timeout_events": 61}), 100)
+	assert.Equal(t, health.Degraded, v.Grade, "counted from the counters' return")
+	assert.Equal(t, uint64(61), v.Counts[health.RuleRetransmitTimeouts])
+
+	// One counter's read failed once; it comes back higher. Its run starts
+	// again at its return (what it did in between is unknown); the others
+	// count on.
+	tr = health.NewTracker(health.DefaultPolicy())
+	tr.Observe("efa0", sample(0, nil), 100)
+	miss := sample(10*time.Second, map[string]uint64{"rdma_read_wr_err": 4, "unresponsive_remote_events": 6})
+	delete(miss.Counters, "no_completion_cmds")
+	tr.Observe("efa0", miss, 100)
+	v = tr.Observe("efa0", sample(20*time.Second, map[string]uint64{"no_completion_cmds": 5, "rdma_read_wr_err": 4, "unresponsive_remote_events": 10}), 100)
+	assert.Equal(t, health.Degraded, v.Grade, v.Message)
+	assert.Equal(t, uint64(0), v.Counts[health.RuleAdminTimeouts], "5 after a gap is no advance")
+	assert.Equal(t, uint64(10), v.Counts[health.RuleUnresponsiveRemotes])
+	assert.Equal(t, uint64(4), v.Counts[health.RuleWorkRequestErrors])
+}
