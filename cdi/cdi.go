@@ -13,6 +13,7 @@
 package cdi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,12 +71,27 @@ type Device struct {
 	Major, Minor uint32
 }
 
-// Request is what a request's CDI device gives a container: the uverbs
+// Request is what a request's CDI devices give a container: the uverbs
 // nodes of its EFAs, and environment variables ("NAME=value") only where the
 // caller sets them.
 type Request struct {
 	Devices []Device
 	Env     []string
+	// Allocated are the request's allocated devices (an EFA, a group of
+	// EFAs, a share of an EFA), each a CDI device of its own,
+	// "<claim UID>-<request>_<name>" (AllocatedName), with the nodes of
+	// its EFAs (some of Devices) and the request's Env. The kubelet keeps
+	// one health entry per CDI device ID in a pod's status: one ID per
+	// allocated device shows each one's health.
+	Allocated []Allocated
+}
+
+// Allocated is one allocated device of a request and its EFAs.
+type Allocated struct {
+	// Name is the allocated device's name, as the CDI device name ends:
+	// letters, digits, '-', '_', '.' and ':'.
+	Name    string
+	Devices []Device
 }
 
 // Writer writes, reads back and removes the CDI specs of claims in one spec
@@ -168,12 +184,26 @@ func (w *Writer) SpecPath(claimUID string) (string, error) {
 // "<claim UID>-<request>", unqualified.
 func DeviceName(claimUID, request string) string { return claimUID + "-" + request }
 
+// AllocatedName is the CDI device name of an allocated device of a
+// request, "<claim UID>-<request>_<allocated>", unqualified. A request
+// name (a DNS label) holds no '_', so it never equals another request's
+// DeviceName.
+func AllocatedName(claimUID, request, allocated string) string {
+	return DeviceName(claimUID, request) + "_" + allocated
+}
+
+// ID is the fully qualified CDI device ID of a device name of the
+// Writer's specs: "dra.net/efa=<name>".
+func (w *Writer) ID(name string) string { return parser.QualifiedName(w.vendor, Class, name) }
+
 // Write writes the claim's spec, replacing any earlier one: one CDI device
 // per request, "<claim UID>-<request>", whose edits add one character
 // device per EFA (in the order given) and the request's environment
-// variables, if any. It returns each request's fully qualified CDI device ID
-// ("dra.net/efa=<uid>-<request>"), the string the kubelet hands the
-// runtime.
+// variables, if any; then one per allocated device of the request
+// (AllocatedName), with its EFAs and the same variables. It returns each
+// request's fully qualified CDI device ID ("dra.net/efa=<uid>-<request>");
+// ID(AllocatedName(...)) is an allocated device's. These are the strings
+// the kubelet hands the runtime.
 //
 // The spec is written to a temporary file in the spec directory (a name the
 // runtime's CDI cache ignores), validated by the CDI library from that
@@ -226,12 +256,32 @@ func (w *Writer) spec(claimUID string, requests map[string]Request) (*specs.Spec
 	spec := &specs.Spec{Kind: w.Kind(), Devices: make([]specs.Device, 0, len(names))}
 	ids := make(map[string]string, len(names))
 	for _, req := range names {
-		dev, err := cdiDevice(claimUID, req, requests[req])
+		r := requests[req]
+		dev, err := cdiDevice(claimUID, req, DeviceName(claimUID, req), r.Devices, r.Env)
 		if err != nil {
 			return nil, nil, err
 		}
 		spec.Devices = append(spec.Devices, dev)
-		ids[req] = parser.QualifiedName(w.vendor, Class, dev.Name)
+		ids[req] = w.ID(dev.Name)
+		seen := map[string]bool{}
+		for _, a := range r.Allocated {
+			if a.Name == "" || seen[a.Name] {
+				return nil, nil, fmt.Errorf("cdi: claim %s: request %q: allocated device %q: empty or given twice", claimUID, req, a.Name)
+			}
+			seen[a.Name] = true
+			for _, d := range a.Devices {
+				if !slices.Contains(r.Devices, d) {
+					// Its node would reach the container without the
+					// request's FI_EFA_IFACE naming it: a caller's bug.
+					return nil, nil, fmt.Errorf("cdi: claim %s: request %q: allocated device %q: EFA %s (%s) is not one of the request's", claimUID, req, a.Name, d.Name, d.Uverbs)
+				}
+			}
+			dev, err := cdiDevice(claimUID, req, AllocatedName(claimUID, req, a.Name), a.Devices, r.Env)
+			if err != nil {
+				return nil, nil, err
+			}
+			spec.Devices = append(spec.Devices, dev)
+		}
 	}
 	// The oldest version that can express the spec, so the oldest runtime
 	// that can run it accepts it: 0.3.0, or 0.5.0 when the UID (and so a
@@ -244,10 +294,9 @@ func (w *Writer) spec(claimUID string, requests map[string]Request) (*specs.Spec
 	return spec, ids, nil
 }
 
-// cdiDevice is the CDI device of one request.
-func cdiDevice(claimUID, req string, r Request) (specs.Device, error) {
-	devs := r.Devices
-	name := DeviceName(claimUID, req)
+// cdiDevice is the CDI device name of a request, or of an allocated
+// device of it: the nodes of devs and the variables env.
+func cdiDevice(claimUID, req, name string, devs []Device, env []string) (specs.Device, error) {
 	if err := parser.ValidateDeviceName(name); err != nil {
 		return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q does not make a CDI device name: %w", claimUID, req, err)
 	}
@@ -275,12 +324,13 @@ func cdiDevice(claimUID, req string, r Request) (specs.Device, error) {
 			Permissions: "rw",
 		})
 	}
-	if err := checkEnv(r.Env); err != nil {
+	if err := checkEnv(env); err != nil {
 		return specs.Device{}, fmt.Errorf("cdi: claim %s: request %q: %w", claimUID, req, err)
 	}
-	var env []string
-	if len(r.Env) > 0 {
-		env = slices.Clone(r.Env)
+	if len(env) > 0 {
+		env = slices.Clone(env)
+	} else {
+		env = nil
 	}
 	return specs.Device{
 		Name:           name,
@@ -380,6 +430,33 @@ func (w *Writer) Exists(claimUID string) (bool, error) {
 		return false, err
 	}
 	return regularFile(claimUID, path)
+}
+
+// Written reports whether the claim's spec file is in the spec directory
+// (exists) and holds exactly what Write would write for requests (same):
+// not the case after a renumbering, or for a spec an earlier efakit wrote
+// with other devices. It reads the file, and parses nothing.
+func (w *Writer) Written(claimUID string, requests map[string]Request) (exists, same bool, err error) {
+	path, err := w.SpecPath(claimUID)
+	if err != nil {
+		return false, false, err
+	}
+	if exists, err = regularFile(claimUID, path); err != nil || !exists {
+		return exists, false, err
+	}
+	spec, _, err := w.spec(claimUID, requests)
+	if err != nil {
+		return true, false, err
+	}
+	want, err := json.Marshal(spec)
+	if err != nil {
+		return true, false, fmt.Errorf("cdi: claim %s: encoding spec: %w", claimUID, err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		return true, false, fmt.Errorf("cdi: claim %s: reading spec: %w", claimUID, err)
+	}
+	return true, bytes.Equal(got, want), nil
 }
 
 // Load reads the claim's spec back and validates it with the CDI library,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -479,5 +480,91 @@ func BenchmarkWrite4(b *testing.B) {
 		if _, err := w.Write(uid, nodes(reqs)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestAllocatedDevices: each allocated device of a request is a CDI
+// device of its own beside the request's, with its EFAs' nodes and the
+// request's variables. A container given every allocated device's ID gets
+// what the request's ID gives: the same nodes and the same environment,
+// as the CDI library injects them into an OCI spec, as containerd does.
+func TestAllocatedDevices(t *testing.T) {
+	t.Parallel()
+	w, dir := newWriter(t)
+	env := []string{cdi.EnvProvider + "=efa", cdi.EnvIface + "=" + cdi.Iface(efas)}
+	var alloc []cdi.Allocated
+	for _, d := range efas {
+		alloc = append(alloc, cdi.Allocated{Name: "efa-" + d.Name, Devices: []cdi.Device{d}})
+	}
+	ids, err := w.Write(uid, map[string]cdi.Request{"gpu-efas": {Devices: efas, Env: env, Allocated: alloc}})
+	require.NoError(t, err)
+	assert.Equal(t, "dra.net/efa="+uid+"-gpu-efas", ids["gpu-efas"])
+	got, err := w.Load(uid)
+	require.NoError(t, err)
+	require.Len(t, got.Devices, 5)
+	var each []string
+	for i, d := range efas {
+		dev := got.Devices[1+i]
+		assert.Equal(t, cdi.AllocatedName(uid, "gpu-efas", "efa-"+d.Name), dev.Name)
+		assert.Equal(t, []*specs.DeviceNode{node(d)}, dev.ContainerEdits.DeviceNodes)
+		assert.Equal(t, env, dev.ContainerEdits.Env, "every allocated device sets the request's variables: the same values, whichever the runtime applies last")
+		each = append(each, w.ID(dev.Name))
+	}
+	assert.Equal(t, "dra.net/efa="+uid+"-gpu-efas_efa-rdmap81s0", each[2])
+
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	require.NoError(t, err)
+	require.Empty(t, cache.GetErrors())
+	inject := func(ids ...string) *oci.Spec {
+		s := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+		unresolved, err := cache.InjectDevices(s, ids...)
+		require.NoError(t, err)
+		require.Empty(t, unresolved)
+		return s
+	}
+	whole, split := inject(ids["gpu-efas"]), inject(each...)
+	assert.Equal(t, whole.Process.Env, split.Process.Env)
+	assert.Equal(t, whole.Linux.Devices, split.Linux.Devices)
+	assert.Equal(t, whole.Linux.Resources, split.Linux.Resources)
+	assert.Len(t, split.Linux.Devices, 4)
+
+	// Written tells a spec of this form from one without the allocated
+	// devices (an earlier efakit's) and from none.
+	reqs := map[string]cdi.Request{"gpu-efas": {Devices: efas, Env: env, Allocated: alloc}}
+	exists, same, err := w.Written(uid, reqs)
+	require.NoError(t, err)
+	assert.True(t, exists)
+	assert.True(t, same)
+	_, err = w.Write(uid, map[string]cdi.Request{"gpu-efas": {Devices: efas, Env: env}})
+	require.NoError(t, err)
+	exists, same, err = w.Written(uid, reqs)
+	require.NoError(t, err)
+	assert.True(t, exists)
+	assert.False(t, same)
+	require.NoError(t, w.Remove(uid))
+	exists, same, err = w.Written(uid, reqs)
+	require.NoError(t, err)
+	assert.False(t, exists)
+	assert.False(t, same)
+}
+
+// TestBadAllocated: an allocated device with an EFA its request does not
+// hold, without a name or named twice, is refused before anything is
+// written.
+func TestBadAllocated(t *testing.T) {
+	t.Parallel()
+	for name, a := range map[string][]cdi.Allocated{
+		"not the request's": {{Name: "efa-x", Devices: []cdi.Device{efas[3]}}},
+		"no name":           {{Name: "", Devices: efas[:1]}},
+		"twice":             {{Name: "a", Devices: efas[:1]}, {Name: "a", Devices: efas[1:2]}},
+		"bad name":          {{Name: "a/b", Devices: efas[:1]}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w, dir := newWriter(t)
+			_, err := w.Write(uid, map[string]cdi.Request{"efa": {Devices: efas[:2], Allocated: a}})
+			require.Error(t, err)
+			assert.Empty(t, listDir(t, dir))
+		})
 	}
 }

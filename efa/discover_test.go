@@ -245,9 +245,16 @@ func TestDamagedOptionalStaysUnknown(t *testing.T) {
 		check func(t *testing.T, d *efa.Device) // rdmap72s0's damaged field
 	}{
 		// pcie
+		// A damaged numa_node is never the parser's zero: the node is the
+		// one whose CPUs local_cpulist names exactly (0-3, node 0's).
 		{name: "numa_node", file: damaged + "/numa_node", value: "abc",
-			check: func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
+			check: func(t *testing.T, d *efa.Device) { assert.Equal(t, 0, d.PCI.NUMANode) }},
 		{name: "numa_node negative", file: damaged + "/numa_node", value: "-7",
+			check: func(t *testing.T, d *efa.Device) { assert.Equal(t, 0, d.PCI.NUMANode) }},
+		{name: "numa_node and local_cpulist", damage: func(b *fakesys.Builder) {
+			b.Attr(damaged+"/numa_node", "abc")
+			b.Attr(damaged+"/local_cpulist", "0-1")
+		}, file: damaged + "/numa_node",
 			check: func(t *testing.T, d *efa.Device) { assert.Equal(t, pcie.NoNUMA, d.PCI.NUMANode) }},
 		{name: "local_cpulist", file: damaged + "/local_cpulist", value: "0-x",
 			check: func(t *testing.T, d *efa.Device) { assert.Nil(t, d.PCI.LocalCPUs) }},

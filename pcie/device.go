@@ -64,7 +64,10 @@ type Device struct {
 	// names no printable driver (CheckName). A DRIVER that CheckName
 	// refuses damages the uevent: the function is left out.
 	Driver   string
-	NUMANode int // numa_node; NoNUMA when -1, absent or damaged
+	// NUMANode is numa_node; NoNUMA when it says -1. Where numa_node is
+	// absent or damaged (its error is returned), the one node whose CPUs
+	// (node<N>/cpulist) are exactly LocalCPUs, else NoNUMA.
+	NUMANode int
 	// LocalCPUs is local_cpulist; nil when absent or damaged. The
 	// functions of one Discover with the same list share it: read-only.
 	LocalCPUs CPUList
@@ -170,9 +173,9 @@ func DiscoverOnly(r *sysfs.Reader, want func(*Device) Optional) (*Tree, error) {
 	var errs []error
 	// Every function of a NUMA node has the same local_cpulist: parse
 	// each distinct one once, and let the functions share it.
-	cpus := map[string]CPUList{}
+	cpus, nodes := map[string]CPUList{}, &nodeCPUs{}
 	for _, e := range ents {
-		d, derrs := readDevice(r, e.Name(), cpus, want)
+		d, derrs := readDevice(r, e.Name(), cpus, nodes, want)
 		errs = append(errs, derrs...)
 		if d == nil {
 			continue
@@ -203,7 +206,7 @@ func DiscoverOnly(r *sysfs.Reader, want func(*Device) Optional) (*Tree, error) {
 
 // readDevice reads one function. It returns nil when a required file is
 // missing or damaged.
-func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, want func(*Device) Optional) (*Device, []error) {
+func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *nodeCPUs, want func(*Device) Optional) (*Device, []error) {
 	link := path.Join(DevicesDir, name)
 	fail := func(file string, err error) []error {
 		return []error{&DeviceError{Address: name, File: file, Err: sysfs.Cause(err)}}
@@ -320,7 +323,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, want func
 		}
 	}
 	d.Optional = want(d)
-	errs = append(errs, readOptional(r, d, name, d.Optional, cpus)...)
+	errs = append(errs, readOptional(r, d, name, d.Optional, cpus, nodes)...)
 	return d, errs
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -122,15 +123,16 @@ func ParseIOMMUGroup(target string) (int, error) {
 // efakit list reads the links and IOMMU groups of the devices it shows.
 // Its errors are DeviceErrors, joined.
 func ReadOptional(r *sysfs.Reader, d *Device, want Optional) error {
-	errs := readOptional(r, d, d.Address.String(), want&^d.Optional, nil)
+	errs := readOptional(r, d, d.Address.String(), want&^d.Optional, nil, &nodeCPUs{})
 	d.Optional |= want
 	return errors.Join(errs...)
 }
 
 // readOptional reads the optional attributes in want into d; name is the
 // function as its errors name it. cpus shares parsed CPU lists between
-// the functions of one discovery; nil parses each.
-func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus map[string]CPUList) []error {
+// the functions of one discovery; nil parses each. nodes are the NUMA
+// nodes' CPUs, read when a numa_node cannot be.
+func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus map[string]CPUList, nodes *nodeCPUs) []error {
 	var errs []error
 	file := func(f string) string { return d.Path + "/" + f }
 	absent := func(err error) bool {
@@ -160,11 +162,12 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 	}
 	// A value that does not parse stays unknown (NoNUMA, no CPUs), with
 	// the error: never the parser's zero.
+	numaKnown := false
 	if want&OptNUMANode != 0 {
 		optional("numa_node", func(s string) error {
 			n, err := ParseNUMANode(s)
 			if err == nil {
-				d.NUMANode = n
+				d.NUMANode, numaKnown = n, true
 			}
 			return err
 		})
@@ -184,6 +187,13 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 			d.LocalCPUs = c
 			return nil
 		})
+	}
+	// A numa_node that is absent or cannot be read or parsed (its error
+	// stays) is the node whose CPUs are exactly local_cpulist: the kernel
+	// prints the CPUs of the function's node there, all of them when it
+	// has none. hwloc places a function by those CPUs too.
+	if want&OptNUMANode != 0 && !numaKnown && len(d.LocalCPUs) > 0 {
+		d.NUMANode = nodes.nodeOf(r, d.LocalCPUs)
 	}
 	if want&OptLink != 0 {
 		// A function without the files (not PCI Express) keeps nil links;
@@ -223,4 +233,47 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 		}
 	}
 	return errs
+}
+
+// nodeDir lists the NUMA nodes (host.NodeDir).
+const nodeDir = "devices/system/node"
+
+// nodeCPUs are the NUMA nodes' CPU lists (node<N>/cpulist), read at the
+// first need.
+type nodeCPUs struct {
+	read  bool
+	nodes map[int]CPUList
+}
+
+// nodeOf is the one NUMA node whose CPUs are exactly cpus; NoNUMA when no
+// node's are, or several nodes' (a list that cannot be read is no match).
+func (n *nodeCPUs) nodeOf(r *sysfs.Reader, cpus CPUList) int {
+	if !n.read {
+		n.read, n.nodes = true, map[int]CPUList{}
+		ents, _ := r.ReadDir(nodeDir)
+		for _, e := range ents {
+			id, ok := strings.CutPrefix(e.Name(), "node")
+			num, err := strconv.Atoi(id)
+			if !ok || err != nil || num < 0 || strconv.Itoa(num) != id {
+				continue
+			}
+			s, err := r.ReadString(nodeDir + "/" + e.Name() + "/cpulist")
+			if err != nil {
+				continue
+			}
+			if l, err := ParseCPUList(s); err == nil {
+				n.nodes[num] = l
+			}
+		}
+	}
+	node := NoNUMA
+	for id, l := range n.nodes {
+		if slices.Equal(l, cpus) {
+			if node != NoNUMA {
+				return NoNUMA
+			}
+			node = id
+		}
+	}
+	return node
 }

@@ -330,3 +330,66 @@ func TestScanReadsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestNUMAFromLocalCPUs: an EFA whose numa_node cannot be read, damaged or
+// absent, is on the node whose CPUs its local_cpulist names exactly: SYS
+// to the other socket's GPU, as hwloc places it, with the read error still
+// returned. A list that is every CPU (the kernel's answer for no node) or
+// no node's leaves it unknown.
+func TestNUMAFromLocalCPUs(t *testing.T) {
+	t.Parallel()
+	build := func(numa func(b *fakesys.Builder, file string), cpus string) (*topology.Topology, error) {
+		b := fakesys.New()
+		b.NUMANodes(32, "0-3,8-11", "4-7,12-15")
+		b.AddPCI(fakesys.PCI{Addr: "0000:10:00.0", Vendor: 0x10de, Device: 0x2330, Class: 0x030200, NUMA: 0, CPUs: "0-3,8-11"})
+		b.AddPCI(fakesys.PCI{Addr: "0000:90:00.0", Vendor: 0x10de, Device: 0x2330, Class: 0x030200, NUMA: 1, CPUs: "4-7,12-15"})
+		dir := b.AddPCI(fakesys.PCI{Addr: "0000:a0:00.0", Vendor: 0x1d0f, Device: 0xefa1, Class: 0x020000, Driver: "efa", NUMA: 1, CPUs: cpus})
+		b.AddEFA(fakesys.EFA{Addr: "0000:a0:00.0", IBName: "rdmap160s0", Rate: "200 Gb/sec (4X HDR)", NodeGUID: "0000:0000:0000:0001"})
+		numa(b, dir+"/numa_node")
+		return topology.Scan(b.FS())
+	}
+	unreadable := func(b *fakesys.Builder, f string) { b.FileMode(f, "1\n", 0o200) }
+	damaged := func(b *fakesys.Builder, f string) { b.Attr(f, "one") }
+	absent := func(b *fakesys.Builder, f string) { b.Remove(f) }
+	for _, tc := range []struct {
+		name    string
+		numa    func(*fakesys.Builder, string)
+		cpus    string
+		want    int
+		wantErr string
+	}{
+		{"unreadable", unreadable, "4-7,12-15", 1, "permission denied"},
+		{"damaged", damaged, "4-7,12-15", 1, `"one" is not a NUMA node`},
+		{"absent", absent, "4-7,12-15", 1, ""},
+		{"every CPU", unreadable, "0-15", pcie.NoNUMA, "permission denied"},
+		{"no node's CPUs", unreadable, "4-7", pcie.NoNUMA, "permission denied"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			topo, err := build(tc.numa, tc.cpus)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+			} else {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "0000:a0:00.0")
+				assert.Contains(t, err.Error(), "numa_node")
+				assert.Contains(t, err.Error(), tc.wantErr)
+			}
+			efa := topo.ByName("rdmap160s0")
+			require.NotNil(t, efa)
+			assert.Equal(t, tc.want, efa.NUMANode())
+			gpu0, gpu1 := topo.ByName("GPU0"), topo.ByName("GPU1")
+			std, ok := topo.StandardAttributes(efa)
+			require.True(t, ok)
+			if tc.want == pcie.NoNUMA {
+				assert.Equal(t, topology.LinkNode, topo.Link(efa, gpu0), "an unknown node is NODE to every GPU")
+				assert.Nil(t, std.NUMANode)
+				return
+			}
+			assert.Equal(t, topology.LinkSys, topo.Link(efa, gpu0), "the other socket's GPU")
+			assert.Equal(t, topology.LinkNode, topo.Link(efa, gpu1))
+			require.NotNil(t, std.NUMANode)
+			assert.Equal(t, 1, *std.NUMANode)
+		})
+	}
+}
