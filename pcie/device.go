@@ -63,7 +63,7 @@ type Device struct {
 	// without a uevent; "" when unbound, or when the link is damaged or
 	// names no printable driver (CheckName). A DRIVER that CheckName
 	// refuses damages the uevent: the function is left out.
-	Driver   string
+	Driver string
 	// NUMANode is numa_node; NoNUMA when it says -1. Where numa_node is
 	// absent or damaged (its error is returned), the one node whose CPUs
 	// (node<N>/cpulist) are exactly LocalCPUs, else NoNUMA.
