@@ -1,11 +1,14 @@
 // Package cdi writes the Container Device Interface (CDI) specs through
 // which a container runtime gives a pod the EFAs of a prepared
-// ResourceClaim: one spec file per claim, holding one CDI device per request
-// of the claim. The runtime (containerd, CRI-O) reads the spec directory
-// itself; the kubelet only passes it the device IDs that Write returns.
+// ResourceClaim: one spec file per claim, holding one CDI device per
+// allocated device of each request of the claim (an EFA, a group of EFAs,
+// a share of an EFA), so that the kubelet, which reports a device's
+// health under its CDI device ID, shows each one's. The runtime
+// (containerd, CRI-O) reads the spec directory itself; the kubelet only
+// passes it the device IDs.
 //
-// A CDI device holds the request's uverbs character devices and, only when
-// the caller asks for it, environment variables. CDI applies a device's
+// A CDI device holds its uverbs character devices and, only when the
+// caller asks for it, the request's environment variables. CDI applies a device's
 // variables by name, replacing what the container had, so the last of
 // several devices injected into one container wins: variables that differ
 // between devices must never be set where several devices meet (see the
@@ -13,13 +16,13 @@
 package cdi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,7 +35,8 @@ import (
 )
 
 // Class is the CDI device class of every spec the Writer writes: the kind
-// is "<driver name>/efa", so a device ID reads "dra.net/efa=<uid>-<request>".
+// is "<driver name>/efa", so a device ID reads
+// "dra.net/efa=<uid>-<request>_<device>".
 const Class = "efa"
 
 // MaxClaimUIDLength bounds a claim UID. Kubernetes UIDs are 36-character
@@ -82,8 +86,15 @@ type Request struct {
 	// "<claim UID>-<request>_<name>" (AllocatedName), with the nodes of
 	// its EFAs (some of Devices) and the request's Env. The kubelet keeps
 	// one health entry per CDI device ID in a pod's status: one ID per
-	// allocated device shows each one's health.
+	// allocated device shows each one's health. Without them the request
+	// is one CDI device, "<claim UID>-<request>" (DeviceName), with every
+	// node of Devices.
 	Allocated []Allocated
+	// Whole asks for the request's one CDI device beside the allocated
+	// devices': the ID that efakit gave the kubelet before it gave one per
+	// allocated device, which containers of a claim prepared then still
+	// start with.
+	Whole bool
 }
 
 // Allocated is one allocated device of a request and its EFAs.
@@ -196,12 +207,13 @@ func AllocatedName(claimUID, request, allocated string) string {
 // Writer's specs: "dra.net/efa=<name>".
 func (w *Writer) ID(name string) string { return parser.QualifiedName(w.vendor, Class, name) }
 
-// Write writes the claim's spec, replacing any earlier one: one CDI device
-// per request, "<claim UID>-<request>", whose edits add one character
-// device per EFA (in the order given) and the request's environment
-// variables, if any; then one per allocated device of the request
-// (AllocatedName), with its EFAs and the same variables. It returns each
-// request's fully qualified CDI device ID ("dra.net/efa=<uid>-<request>");
+// Write writes the claim's spec, replacing any earlier one: for each
+// request, one CDI device per allocated device (AllocatedName), whose
+// edits add one character device per EFA (in the order given) and the
+// request's environment variables, if any; or, for a request without
+// allocated devices or that asks for it (Whole), one CDI device of all its
+// EFAs, "<claim UID>-<request>". It returns the fully qualified CDI device
+// ID ("dra.net/efa=<uid>-<request>") of each request written whole;
 // ID(AllocatedName(...)) is an allocated device's. These are the strings
 // the kubelet hands the runtime.
 //
@@ -261,8 +273,10 @@ func (w *Writer) spec(claimUID string, requests map[string]Request) (*specs.Spec
 		if err != nil {
 			return nil, nil, err
 		}
-		spec.Devices = append(spec.Devices, dev)
-		ids[req] = w.ID(dev.Name)
+		if r.Whole || len(r.Allocated) == 0 {
+			spec.Devices = append(spec.Devices, dev)
+			ids[req] = w.ID(dev.Name)
+		}
 		seen := map[string]bool{}
 		for _, a := range r.Allocated {
 			if a.Name == "" || seen[a.Name] {
@@ -432,11 +446,12 @@ func (w *Writer) Exists(claimUID string) (bool, error) {
 	return regularFile(claimUID, path)
 }
 
-// Written reports whether the claim's spec file is in the spec directory
-// (exists) and holds exactly what Write would write for requests (same):
-// not the case after a renumbering, or for a spec an earlier efakit wrote
-// with other devices. It reads the file, and parses nothing.
-func (w *Writer) Written(claimUID string, requests map[string]Request) (exists, same bool, err error) {
+// Holds reports whether the claim's spec file is in the spec directory
+// (exists) and holds every CDI device Write would write for requests, as
+// Write would write it (holds): not so after a renumbering, or for a spec
+// an earlier efakit wrote without some of them. Devices the file has
+// besides (a later efakit's) are no difference.
+func (w *Writer) Holds(claimUID string, requests map[string]Request) (exists, holds bool, err error) {
 	path, err := w.SpecPath(claimUID)
 	if err != nil {
 		return false, false, err
@@ -444,19 +459,25 @@ func (w *Writer) Written(claimUID string, requests map[string]Request) (exists, 
 	if exists, err = regularFile(claimUID, path); err != nil || !exists {
 		return exists, false, err
 	}
-	spec, _, err := w.spec(claimUID, requests)
+	want, _, err := w.spec(claimUID, requests)
 	if err != nil {
 		return true, false, err
 	}
-	want, err := json.Marshal(spec)
-	if err != nil {
-		return true, false, fmt.Errorf("cdi: claim %s: encoding spec: %w", claimUID, err)
-	}
-	got, err := os.ReadFile(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return true, false, fmt.Errorf("cdi: claim %s: reading spec: %w", claimUID, err)
 	}
-	return true, bytes.Equal(got, want), nil
+	var got specs.Spec
+	if json.Unmarshal(data, &got) != nil || got.Kind != want.Kind {
+		return true, false, nil
+	}
+	for _, d := range want.Devices {
+		i := slices.IndexFunc(got.Devices, func(g specs.Device) bool { return g.Name == d.Name })
+		if i < 0 || !reflect.DeepEqual(got.Devices[i].ContainerEdits, d.ContainerEdits) {
+			return true, false, nil
+		}
+	}
+	return true, true, nil
 }
 
 // Load reads the claim's spec back and validates it with the CDI library,

@@ -496,12 +496,13 @@ func TestAllocatedDevices(t *testing.T) {
 	for _, d := range efas {
 		alloc = append(alloc, cdi.Allocated{Name: "efa-" + d.Name, Devices: []cdi.Device{d}})
 	}
-	ids, err := w.Write(uid, map[string]cdi.Request{"gpu-efas": {Devices: efas, Env: env, Allocated: alloc}})
+	ids, err := w.Write(uid, map[string]cdi.Request{"gpu-efas": {Devices: efas, Env: env, Allocated: alloc, Whole: true}})
 	require.NoError(t, err)
 	assert.Equal(t, "dra.net/efa="+uid+"-gpu-efas", ids["gpu-efas"])
 	got, err := w.Load(uid)
 	require.NoError(t, err)
 	require.Len(t, got.Devices, 5)
+	assert.Equal(t, cdi.DeviceName(uid, "gpu-efas"), got.Devices[0].Name, "the whole request's device first")
 	var each []string
 	for i, d := range efas {
 		dev := got.Devices[1+i]
@@ -528,21 +529,37 @@ func TestAllocatedDevices(t *testing.T) {
 	assert.Equal(t, whole.Linux.Resources, split.Linux.Resources)
 	assert.Len(t, split.Linux.Devices, 4)
 
-	// Written tells a spec of this form from one without the allocated
-	// devices (an earlier efakit's) and from none.
+	// Without Whole, the allocated devices only.
 	reqs := map[string]cdi.Request{"gpu-efas": {Devices: efas, Env: env, Allocated: alloc}}
-	exists, same, err := w.Written(uid, reqs)
+	ids, err = w.Write(uid, reqs)
+	require.NoError(t, err)
+	assert.Empty(t, ids)
+	got, err = w.Load(uid)
+	require.NoError(t, err)
+	require.Len(t, got.Devices, 4)
+	assert.Equal(t, cdi.AllocatedName(uid, "gpu-efas", "efa-rdmap79s0"), got.Devices[0].Name)
+
+	// Holds tells a spec of this form from one without the allocated
+	// devices (an earlier efakit's) and from none.
+	exists, same, err := w.Holds(uid, reqs)
+	require.NoError(t, err)
+	assert.True(t, exists)
+	assert.True(t, same)
+	// Devices besides those (a later efakit's) are no difference.
+	_, err = w.Write(uid, map[string]cdi.Request{"gpu-efas": reqs["gpu-efas"], "other": {Devices: efas[:1]}})
+	require.NoError(t, err)
+	exists, same, err = w.Holds(uid, reqs)
 	require.NoError(t, err)
 	assert.True(t, exists)
 	assert.True(t, same)
 	_, err = w.Write(uid, map[string]cdi.Request{"gpu-efas": {Devices: efas, Env: env}})
 	require.NoError(t, err)
-	exists, same, err = w.Written(uid, reqs)
+	exists, same, err = w.Holds(uid, reqs)
 	require.NoError(t, err)
 	assert.True(t, exists)
 	assert.False(t, same)
 	require.NoError(t, w.Remove(uid))
-	exists, same, err = w.Written(uid, reqs)
+	exists, same, err = w.Holds(uid, reqs)
 	require.NoError(t, err)
 	assert.False(t, exists)
 	assert.False(t, same)

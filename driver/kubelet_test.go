@@ -308,15 +308,21 @@ func TestKubeletPrepareUnprepare(t *testing.T) {
 	for _, d := range r.Devices {
 		assert.Equal(t, node, d.PoolName)
 		assert.Equal(t, []string{"efa"}, d.RequestNames)
+		// Its own first: the kubelet reports each device's health in the
+		// pod's status under its first CDI device ID.
+		assert.Equal(t, "dra.net/efa="+string(c4.UID)+"-efa_"+d.DeviceName, d.CdiDeviceIds[0])
 		for _, id := range d.CdiDeviceIds {
 			ids[id] = true
 		}
 	}
-	// Ours, and the helper's device-metadata spec that mounts which EFAs
-	// the container got into it.
+	// Ours, one per EFA, and the helper's device-metadata spec that mounts
+	// which EFAs the container got into it.
 	assert.Equal(t, map[string]bool{
-		"dra.net/efa=" + string(c4.UID) + "-efa":      true,
-		"dra.net/metadata=" + string(c4.UID) + "_efa": true,
+		"dra.net/efa=" + string(c4.UID) + "-efa_efa-0000-4f-00-0": true,
+		"dra.net/efa=" + string(c4.UID) + "-efa_efa-0000-50-00-0": true,
+		"dra.net/efa=" + string(c4.UID) + "-efa_efa-0000-51-00-0": true,
+		"dra.net/efa=" + string(c4.UID) + "-efa_efa-0000-52-00-0": true,
+		"dra.net/metadata=" + string(c4.UID) + "_efa":             true,
 	}, ids)
 	meta, err := filepath.Glob(filepath.Join(n.dir, "plugins", "dra.net", "dra-device-metadata", "default_four", "efa", "*"))
 	require.NoError(t, err)

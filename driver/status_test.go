@@ -101,19 +101,21 @@ func TestClaimStatusSingle(t *testing.T) {
 	require.Empty(t, n.prepare(c)[string(c.UID)].Error)
 	got := waitEntries(t, n.client, c, 3)
 	assert.Equal(t, gpu, got["gpu.nvidia.com/gpu-0"], "the other driver's entry untouched")
-	cdiID := "dra.net/efa=" + string(c.UID) + "-efa"
+	// Each EFA's own CDI device, the ID the kubelet reports its health
+	// under.
+	cdiID := func(dev string) string { return "dra.net/efa=" + string(c.UID) + "-efa_" + dev }
 	for dev, rdma := range map[string]string{"efa-0000-4f-00-0": "rdmap79s0", "efa-0000-50-00-0": "rdmap80s0"} {
 		e := got["dra.net/"+dev]
 		assert.Equal(t, node, e.Pool)
 		assert.Nil(t, e.ShareID)
 		ready, _ := entryCondition(e, "Ready")
-		assert.Equal(t, readyCond(cdiID), ready, dev)
+		assert.Equal(t, readyCond(cdiID(dev)), ready, dev)
 		healthy, _ := entryCondition(e, "Healthy")
 		assert.Equal(t, healthyCond, healthy, dev)
 		assert.Equal(t, rdma, entryData(t, e).RDMADevice)
 	}
 	want := efa4f
-	want.Request, want.CDIDevice = "efa", cdiID
+	want.Request, want.CDIDevice = "efa", cdiID("efa-0000-4f-00-0")
 	assert.Equal(t, want, entryData(t, got["dra.net/efa-0000-4f-00-0"]))
 }
 
@@ -131,7 +133,7 @@ func TestClaimStatusGroup(t *testing.T) {
 	assert.Equal(t, claimstatus.Condition{Type: "Healthy", Status: "True", Reason: "Healthy", Message: "every member healthy"}, healthy)
 	data := entryData(t, e)
 	assert.Equal(t, "efa", data.Request)
-	assert.Equal(t, "dra.net/efa="+string(c.UID)+"-efa", data.CDIDevice)
+	assert.Equal(t, "dra.net/efa="+string(c.UID)+"-efa_efa-group-pci0000-44", data.CDIDevice, "one CDI device for the group")
 	assert.Empty(t, data.RDMADevice, "the members say which EFAs")
 	var members []string
 	for _, m := range data.Members {
@@ -160,7 +162,7 @@ func TestClaimStatusShares(t *testing.T) {
 		e, ok := got["dra.net/efa-0000-4f-00-0/"+s.id]
 		require.True(t, ok, "share %s: %v", s.id, got)
 		want := efa4f
-		want.Request, want.CDIDevice, want.Shares = req, "dra.net/efa="+string(c.UID)+"-"+req, s.shares
+		want.Request, want.CDIDevice, want.Shares = req, "dra.net/efa="+string(c.UID)+"-"+req+"_efa-0000-4f-00-0_"+s.id, s.shares
 		assert.Equal(t, want, entryData(t, e))
 		ready, _ := entryCondition(e, "Ready")
 		assert.Equal(t, readyCond(want.CDIDevice), ready)

@@ -88,7 +88,12 @@ type Claim struct {
 	Namespace string           `json:"namespace"`
 	Name      string           `json:"name"`
 	Devices   []PreparedDevice `json:"devices"`
-	// CDIDeviceIDs maps each request to its fully qualified CDI device ID.
+	// CDIDeviceIDs maps a request to the fully qualified CDI device ID of
+	// all its EFAs, for a claim prepared by an efakit that gave the
+	// kubelet one CDI device per request: its spec keeps that device, which
+	// its containers start with. Empty for a claim prepared since, whose
+	// IDs are one per allocated device, "<uid>-<request>_<device>" (see
+	// package cdi).
 	CDIDeviceIDs map[string]string `json:"cdiDeviceIDs"`
 	// Env maps a request to the environment variables its CDI device sets
 	// ("NAME=value"); requests that set none are absent. Since 2.

@@ -23,9 +23,11 @@ import (
 )
 
 // cdiRequests groups a claim's EFAs by request for its CDI spec: one CDI
-// device per request, with the variables the checkpoint recorded for it. A
-// subrequest ("gpu-efas/4") counts as its request: '/' cannot be in a CDI
-// device name, and a container names requests.
+// device per allocated device of the request (a group once, a shared EFA
+// once per share), whose ID the kubelet gets for it, with the variables
+// the checkpoint recorded for the request. A subrequest
+// ("gpu-efas/4") counts as its request: '/' cannot be in a CDI device
+// name, and a container names requests.
 func cdiRequests(c checkpoint.Claim) map[string]cdi.Request {
 	out := map[string]cdi.Request{}
 	for _, d := range c.Devices {
@@ -36,10 +38,40 @@ func cdiRequests(c checkpoint.Claim) map[string]cdi.Request {
 		if !slices.Contains(req.Devices, dev) {
 			req.Devices = append(req.Devices, dev)
 		}
+		name := allocatedName(d)
+		i := slices.IndexFunc(req.Allocated, func(a cdi.Allocated) bool { return a.Name == name })
+		if i < 0 {
+			i = len(req.Allocated)
+			req.Allocated = append(req.Allocated, cdi.Allocated{Name: name})
+		}
+		req.Allocated[i].Devices = append(req.Allocated[i].Devices, dev)
 		req.Env = c.Env[r]
+		// A claim prepared by an efakit that gave the kubelet one CDI
+		// device per request keeps it: its containers start with it.
+		_, req.Whole = c.CDIDeviceIDs[r]
 		out[r] = req
 	}
 	return out
+}
+
+// allocatedName names the allocated device an EFA of a claim belongs to:
+// its group, or itself; a share's ID after '_'. The kubelet knows each
+// such device once, and reports its health under its CDI device ID.
+func allocatedName(d checkpoint.PreparedDevice) string {
+	name := d.Device
+	if d.Group != "" {
+		name = d.Group
+	}
+	if d.ShareID != "" {
+		name += "_" + d.ShareID
+	}
+	return name
+}
+
+// allocatedID is the fully qualified CDI device ID of the allocated device
+// an EFA of claim uid belongs to.
+func (s *State) allocatedID(uid string, d checkpoint.PreparedDevice) string {
+	return s.files.CDI.ID(cdi.AllocatedName(uid, baseRequest(d.Request), allocatedName(d)))
 }
 
 func baseRequest(r string) string {
@@ -348,9 +380,10 @@ func cloneState(s *checkpoint.State) *checkpoint.State {
 	return n
 }
 
-// result is the kubelet's answer for a prepared claim: each EFA with the
-// CDI device of its request, and its published attributes as device
-// metadata, so a container can read which EFAs it was given.
+// result is the kubelet's answer for a prepared claim: each allocated
+// device with a CDI device of its own (the kubelet reports health per CDI
+// device ID), and its published attributes as device metadata, so a
+// container can read which EFAs it was given.
 func (s *State) result(snap *inventory.Snapshot, c checkpoint.Claim) kubeletplugin.PrepareResult {
 	var devs []kubeletplugin.Device
 	seen := map[string]bool{}
@@ -367,7 +400,7 @@ func (s *State) result(snap *inventory.Snapshot, c checkpoint.Claim) kubeletplug
 		seen[name+"/"+d.ShareID] = true
 		dev := kubeletplugin.Device{
 			Requests: []string{d.Request}, PoolName: s.node.Name, DeviceName: name,
-			CDIDeviceIDs: []string{c.CDIDeviceIDs[baseRequest(d.Request)]},
+			CDIDeviceIDs: []string{s.allocatedID(c.UID, d)},
 		}
 		if d.ShareID != "" {
 			share := types.UID(d.ShareID)

@@ -182,12 +182,19 @@ func (s *State) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (ch
 			c.Env = env
 		}
 	}
-	ok, err := s.files.CDI.Exists(c.UID)
-	if err == nil && !ok && len(c.Devices) > 0 {
+	// A spec that an earlier efakit wrote without a CDI device per
+	// allocated device is written again in this form: the kubelet's IDs
+	// (the request's, for a claim prepared then) stay in it.
+	ok, same, err := s.files.CDI.Holds(c.UID, cdiRequests(c))
+	switch {
+	case err != nil || len(c.Devices) == 0:
+	case !ok:
 		logger.Info("Wrote a lost CDI spec again", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
 		s.deps.Metrics.SpecsRestored.Inc()
+	case !same && !changed:
+		logger.Info("Wrote a CDI spec again with a CDI device per allocated device", "claim", klog.KRef(c.Namespace, c.Name), "uid", c.UID)
 	}
-	if len(c.Devices) > 0 && (changed || err != nil || !ok) {
+	if len(c.Devices) > 0 && (changed || err != nil || !same) {
 		ids, err := s.files.CDI.Write(c.UID, cdiRequests(c))
 		if err != nil {
 			return c, moved, err

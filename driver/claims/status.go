@@ -24,7 +24,7 @@ import (
 
 // statusOf is the entries a prepared claim should have now, from its
 // record and the scan of snap.
-func statusOf(c checkpoint.Claim, snap *inventory.Snapshot) claimstatus.Claim {
+func (s *State) statusOf(c checkpoint.Claim, snap *inventory.Snapshot) claimstatus.Claim {
 	out := claimstatus.Claim{Namespace: c.Namespace, Name: c.Name, UID: types.UID(c.UID)}
 	index := map[string]int{} // allocated device/share -> its entry
 	for _, d := range c.Devices {
@@ -37,7 +37,7 @@ func statusOf(c checkpoint.Claim, snap *inventory.Snapshot) claimstatus.Claim {
 		if !ok {
 			i = len(out.Devices)
 			index[k] = i
-			cdiID := c.CDIDeviceIDs[baseRequest(d.Request)]
+			cdiID := s.allocatedID(c.UID, d)
 			out.Devices = append(out.Devices, claimstatus.Device{Device: name, ShareID: d.ShareID,
 				Conditions: []claimstatus.Condition{
 					{Type: claimstatus.TypeReady, Status: metav1.ConditionTrue, Reason: "Prepared", Message: "CDI device " + cdiID + " written"},
@@ -130,7 +130,7 @@ func (s *State) setStatus(snap *inventory.Snapshot, c checkpoint.Claim, seen []r
 	if s.deps.Status == nil {
 		return
 	}
-	s.deps.Status.Set(statusOf(c, snap), append([]resourceapi.AllocatedDeviceStatus{}, seen...))
+	s.deps.Status.Set(s.statusOf(c, snap), append([]resourceapi.AllocatedDeviceStatus{}, seen...))
 }
 
 // SyncStatus hands the status writer every prepared claim (as last saved)
@@ -143,7 +143,7 @@ func (s *State) SyncStatus(snap *inventory.Snapshot) {
 		return
 	}
 	for _, c := range s.Committed().Claims {
-		want := statusOf(c, snap)
+		want := s.statusOf(c, snap)
 		if had, ok := s.deps.Status.Wanted(want.UID); ok && apiequality.Semantic.DeepEqual(had, want) {
 			continue
 		}

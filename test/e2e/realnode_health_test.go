@@ -114,13 +114,16 @@ func TestRealNodeHealthWithoutStream(t *testing.T) {
 		func() string { return fmt.Sprint(n.taintsOf(t, dev)) })
 }
 
-// TestRealNodeGradedHealth: a pod runs with one EFA; its counters advance
-// under it, as the efa driver's do. Work-request errors past their limit
-// make it Degraded, an admin command without completion Unhealthy, and a
-// window without either Healthy again. At each grade: the slice's taint
-// (effect None, then NoSchedule), the claim's Healthy condition, the pod's
+// TestRealNodeGradedHealth: a pod runs with four EFAs in one request; the
+// third one's counters advance under it, as the efa driver's do.
+// Work-request errors past their limit make it Degraded, an admin command
+// without completion Unhealthy, and a window without either Healthy
+// again. At each grade: the slice's taint (effect None, then NoSchedule),
+// the claim's Healthy condition, the pod's
 // status.containerStatuses[].allocatedResourcesStatus (the kubelet's
-// health stream), and an Event on the Node, as kubectl shows them.
+// health stream: one entry per EFA, the third's grade in its own), and an
+// Event on the Node, as kubectl shows them. Then the efa module reloads
+// under the running pod (driver-reload).
 func TestRealNodeGradedHealth(t *testing.T) {
 	c := apiServer(t)
 	require.NoError(t, c.startSchedulerOnce())
@@ -128,18 +131,50 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	n.ensureNamespace()
 	n.startEFAKit(p5Fixture, "--set", "healthInterval=1s", "--set", "health.window=20s", "--set", "logVerbosity=4")
 	n.waitEFAs(t, 32)
-	createSeed(t, c, "seed-claims.yaml")
 	published := n.publishedEFAs(t)
 	ctx := context.Background()
+	four := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "four-efas", Namespace: nodeNS},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "efas", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: resources.DefaultDeviceClass, Count: 4}}}}}}}
+	_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, four, metav1.CreateOptions{})
+	require.NoError(t, createIgnoreExists(err))
 
-	_, claims := n.run(t, n.printerPod("graded", templateClaim("efa", "single-efa-claim")))
-	claim := claims["efa"].Name
-	var dev string
-	for dev = range n.waitEntries(t, claim, 1) {
-	}
+	printed, claims := n.run(t, n.printerPod("graded", templateClaim("efas", "four-efas")))
+	require.Len(t, printed.Nodes, 4)
+	claim := claims["efas"].Name
+	results := claims["efas"].Status.Allocation.Devices.Results
+	require.Len(t, results, 4)
+	n.waitEntries(t, claim, 4)
+	// The third EFA of the request, as the allocation and the kubelet
+	// list them.
+	dev := results[2].Device
 	addr := *published[dev].Attributes[resources.AttrPCIAddr].StringValue
 	assert.Contains(t, n.pluginLog(), "The kubelet reads the devices' health", "this kubelet holds the stream")
 
+	// podHealth is the pod's health entries of the request, by the
+	// device each names: its own CDI device, dra.net/efa=<claim UID>-efas_<device>.
+	podHealth := func() map[string][2]string {
+		p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
+		require.NoError(t, err)
+		out := map[string][2]string{}
+		for _, cs := range p.Status.ContainerStatuses {
+			for _, rs := range cs.AllocatedResourcesStatus {
+				for _, r := range rs.Resources {
+					_, d, ok := strings.Cut(string(r.ResourceID), "-efas_")
+					if rs.Name != "claim:efas" || !ok || !strings.HasPrefix(string(r.ResourceID), "dra.net/efa=") {
+						continue
+					}
+					msg := ""
+					if r.Message != nil {
+						msg = *r.Message
+					}
+					out[d] = [2]string{string(r.Health), msg}
+				}
+			}
+		}
+		return out
+	}
 	// What kubectl shows at each grade.
 	views := func(grade string) string {
 		var b strings.Builder
@@ -147,7 +182,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 		taints, err := yaml.Marshal(n.publishedEFAs(t)[dev].Taints)
 		require.NoError(t, err)
 		b.Write(taints)
-		fmt.Fprintf(&b, "--- kubectl get resourceclaim %s -o yaml (status.devices[].conditions):\n", claim)
+		fmt.Fprintf(&b, "--- kubectl get resourceclaim %s -o yaml (status.devices[2].conditions):\n", claim)
 		conds, err := yaml.Marshal(n.statusEntries(t, claim)[dev].Conditions)
 		require.NoError(t, err)
 		b.Write(conds)
@@ -179,36 +214,27 @@ func TestRealNodeGradedHealth(t *testing.T) {
 		fmt.Fprintf(&b, "--- plugin log, scans left out:\n%s\n--- the last checks:\n%s\n", lastBytes(strings.Join(lines, "\n"), 5000), strings.Join(graded, "\n"))
 		return b.String()
 	}
-	podHealth := func() (health, message string) {
-		p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
-		require.NoError(t, err)
-		// The claim's one device, named by its CDI device ID
-		// (dra.net/efa=<claim UID>-efa).
-		for _, cs := range p.Status.ContainerStatuses {
-			for _, rs := range cs.AllocatedResourcesStatus {
-				for _, r := range rs.Resources {
-					if rs.Name == "claim:efa" && strings.HasPrefix(string(r.ResourceID), "dra.net/efa=") {
-						msg := ""
-						if r.Message != nil {
-							msg = *r.Message
-						}
-						return string(r.Health), msg
-					}
-				}
-			}
-		}
-		return "", ""
-	}
 	condition := func() metav1.Condition {
 		return conditionOf(n.statusEntries(t, claim)[dev], claimstatus.TypeHealthy)
 	}
+	// grade waits until the third EFA shows the grade everywhere, and the
+	// pod's status shows every other EFA of the request Healthy, each in
+	// an entry of its own.
 	grade := func(name, taint, reason, healthNow, msgPrefix string) {
 		t.Helper()
 		eventually(t, func() bool {
 			tt := n.taintsOf(t, dev)
-			h, msg := podHealth()
+			h := podHealth()
 			cond := condition()
-			return fmt.Sprint(tt) == taint && cond.Reason == reason && h == healthNow && strings.HasPrefix(msg, msgPrefix)
+			if len(h) != 4 || fmt.Sprint(tt) != taint || cond.Reason != reason || h[dev][0] != healthNow || !strings.HasPrefix(h[dev][1], msgPrefix) {
+				return false
+			}
+			for _, r := range results {
+				if r.Device != dev && h[r.Device][0] != "Healthy" {
+					return false
+				}
+			}
+			return true
 		}, 90*time.Second, 200*time.Millisecond, func() string { return views(name) })
 		v := views(name)
 		t.Logf("\n%s", v[:strings.Index(v, "--- efakit_plugin_device_health")])
@@ -232,26 +258,34 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	grade("Healthy again", "[]", "Healthy", "Healthy", "")
 	assert.Equal(t, metav1.ConditionTrue, condition().Status)
 
-	evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name})
-	require.NoError(t, err)
-	seen := map[string]string{}
-	for _, e := range evs.Items {
-		if e.Annotations[events.AnnotationDevice] == dev {
-			seen[e.Reason] = e.Type + ": " + e.Message
+	deviceEvents := func() map[string]string {
+		evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name})
+		require.NoError(t, err)
+		seen := map[string]string{}
+		for _, e := range evs.Items {
+			if e.Annotations[events.AnnotationDevice] != "" {
+				seen[e.Annotations[events.AnnotationDevice]+" "+e.Reason] = e.Type + ": " + e.Message
+			}
 		}
+		return seen
 	}
+	seen := deviceEvents()
 	t.Logf("kubectl events --for node/%s (device %s): %v", n.name, dev, seen)
-	assert.Contains(t, seen[events.ReasonDegraded], corev1.EventTypeWarning+": EFA "+dev)
-	assert.Contains(t, seen[events.ReasonDegraded], "failed RDMA work requests in 20s (limit 10); still allocated")
-	assert.Contains(t, seen[events.ReasonUnhealthy], "admin commands without completion in 20s (limit 1)")
-	assert.Contains(t, seen[events.ReasonUnhealthy], "kept out of new allocations")
-	assert.Contains(t, seen[events.ReasonHealthy], "is healthy again")
+	assert.Contains(t, seen[dev+" "+events.ReasonDegraded], corev1.EventTypeWarning+": EFA "+dev)
+	assert.Contains(t, seen[dev+" "+events.ReasonDegraded], "failed RDMA work requests in 20s (limit 10); still allocated")
+	assert.Contains(t, seen[dev+" "+events.ReasonUnhealthy], "admin commands without completion in 20s (limit 1)")
+	assert.Contains(t, seen[dev+" "+events.ReasonUnhealthy], "kept out of new allocations")
+	assert.Contains(t, seen[dev+" "+events.ReasonHealthy], "is healthy again")
 
 	// The pod ran on through every grade: no grade but NoExecute evicts.
 	p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, corev1.PodRunning, p.Status.Phase)
+
+	t.Run("driver-reload", func(t *testing.T) {
+		n.checkDriverReload(t, "graded", claim, results)
+	})
 }
 
 // TestRealNodeDeviceTaintRule: an admin drains a node's EFAs with a
