@@ -220,7 +220,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	// grade waits until the third EFA shows the grade everywhere, and the
 	// pod's status shows every other EFA of the request Healthy, each in
 	// an entry of its own.
-	grade := func(name, taint, reason, healthNow, msgPrefix string, since time.Time) {
+	grade := func(name, taint, reason, healthNow, msgPrefix string, since time.Time, after string) {
 		t.Helper()
 		eventually(t, func() bool {
 			tt := n.taintsOf(t, dev)
@@ -238,27 +238,27 @@ func TestRealNodeGradedHealth(t *testing.T) {
 		}, 90*time.Second, 200*time.Millisecond, func() string { return views(name) })
 		took := time.Since(since)
 		v := views(name)
-		t.Logf("%s in the pod's status, taint and claim %s after the counters began to move\n%s", name, took.Round(100*time.Millisecond), v[:strings.Index(v, "--- efakit_plugin_device_health")])
+		t.Logf("%s in the pod's status, taint and claim %s after %s\n%s", name, took.Round(100*time.Millisecond), after, v[:strings.Index(v, "--- efakit_plugin_device_health")])
 	}
 
 	// Degraded: RDMA reads fail, 4 every 2 s (the limit is 10 within the
 	// window of 20 s), while the pod runs.
 	since := time.Now()
 	stopReads := keepAdvancing(t, n.counterFile(t, p5Fixture, addr, "ports/1/hw_counters/rdma_read_wr_err"), 4, 2*time.Second)
-	grade("Degraded", "[dra.net/degraded=work-request-errors:None]", "WorkRequestErrors", "Unhealthy", "degraded: ", since)
+	grade("Degraded", "[dra.net/degraded=work-request-errors:None]", "WorkRequestErrors", "Unhealthy", "degraded: ", since, "the reads began to fail")
 	assert.Equal(t, metav1.ConditionFalse, condition().Status)
 	assert.Contains(t, condition().Message, "failed RDMA work requests in 20s (limit 10)")
 
 	// Unhealthy: the device's admin queue stops answering its driver.
 	since = time.Now()
 	stopAdmin := keepAdvancing(t, n.counterFile(t, p5Fixture, addr, "hw_counters/no_completion_cmds"), 1, 5*time.Second)
-	grade("Unhealthy", "[dra.net/unhealthy=admin-timeouts:NoSchedule]", "AdminTimeouts", "Unhealthy", "", since)
+	grade("Unhealthy", "[dra.net/unhealthy=admin-timeouts:NoSchedule]", "AdminTimeouts", "Unhealthy", "", since, "the admin timeouts began")
 	assert.Contains(t, condition().Message, "admin commands without completion in 20s (limit 1)")
 
 	// Neither counter moves for a window: Healthy again.
 	stopReads()
 	stopAdmin()
-	grade("Healthy again", "[]", "Healthy", "Healthy", "", time.Now())
+	grade("Healthy again", "[]", "Healthy", "Healthy", "", time.Now(), "the counters stopped")
 	assert.Equal(t, metav1.ConditionTrue, condition().Status)
 
 	deviceEvents := func() map[string]string {
