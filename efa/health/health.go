@@ -188,6 +188,9 @@ type Verdict struct {
 type Tracker struct {
 	p    Policy
 	devs map[string]*history
+	// counted are the counters the rules count: the only ones whose
+	// runs are kept.
+	counted []string
 }
 
 type history struct {
@@ -206,7 +209,15 @@ type history struct {
 // NewTracker tracks devices under p, which must be valid.
 func NewTracker(p Policy) *Tracker {
 	p.Rules = slices.Clone(p.Rules)
-	return &Tracker{p: p, devs: map[string]*history{}}
+	var counted []string
+	for _, r := range p.Rules {
+		for _, c := range r.Counters {
+			if !slices.Contains(counted, c) {
+				counted = append(counted, c)
+			}
+		}
+	}
+	return &Tracker{p: p, devs: map[string]*history{}, counted: counted}
 }
 
 // Policy is the tracker's policy.
@@ -235,7 +246,7 @@ func (t *Tracker) Observe(name string, s Sample, nodeRate float64) Verdict {
 			// The clock went back: the old samples say nothing now.
 			h.samples, h.since = h.samples[:0], nil
 		}
-		h.continueRuns(s)
+		h.continueRuns(s, t.counted)
 		h.samples = append(h.samples, s)
 	}
 	// Keep one sample at or before the window's start: the baseline the
@@ -305,27 +316,32 @@ func (t *Tracker) Retain(names map[string]bool) {
 	}
 }
 
-// continueRuns updates each counter's run with the sample s, the newest.
-// A counter's run goes on while every read has it and it never goes
-// back. One missing from the sample before (its file was gone, or its read
-// failed) or lower than there (the driver reloaded and started it again
-// from 0) starts a new run at s: what it did in between is unknown, so
-// nothing before s is counted. A counter missing from s ends its run.
-func (h *history) continueRuns(s Sample) {
+// continueRuns updates the runs of the counters named with the sample s,
+// the newest. A counter's run goes on while every read has it and it
+// never goes back. One missing from the sample before (its file was gone,
+// or its read failed) or lower than there (the driver reloaded and
+// started it again from 0) starts a new run at s: what it did in between
+// is unknown, so nothing before s is counted. A counter missing from s
+// ends its run.
+func (h *history) continueRuns(s Sample, names []string) {
 	var prev map[string]uint64
 	if n := len(h.samples); n > 0 {
 		prev = h.samples[n-1].Counters
 	}
-	since := make(map[string]time.Time, len(s.Counters))
-	for name, v := range s.Counters {
-		p, had := prev[name]
-		began, running := h.since[name]
-		if !had || !running || v < p {
-			began = s.At
-		}
-		since[name] = began
+	if h.since == nil {
+		h.since = make(map[string]time.Time, len(names))
 	}
-	h.since = since
+	for _, name := range names {
+		v, ok := s.Counters[name]
+		if !ok {
+			delete(h.since, name)
+			continue
+		}
+		p, had := prev[name]
+		if _, running := h.since[name]; !had || !running || v < p {
+			h.since[name] = s.At
+		}
+	}
 }
 
 // advance is the sum of the named counters' advance within the window,
