@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -115,9 +114,7 @@ func TestGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(file)
 			require.NoError(t, err, "run go test ./efa -update to create it")
-			if diff := cmp.Diff(strings.Split(string(want), "\n"), strings.Split(string(got), "\n")); diff != "" {
-				t.Errorf("%s differs from the golden file (-want +got):\n%s", name, diff)
-			}
+			assert.Equal(t, strings.Split(string(want), "\n"), strings.Split(string(got), "\n"), "%s differs from the golden file", name)
 		})
 	}
 }

@@ -2,7 +2,6 @@ package efa_test
 
 import (
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/fakesys"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -25,17 +24,7 @@ import (
 func renamed(t *testing.T, old, new string) []sysfs.Entry {
 	t.Helper()
 	root := open(t, "../testdata/sysfs/p4d.24xlarge.sysfs")
-	var out []sysfs.Entry
-	n := 0
-	for _, e := range root.ReadLinkFS.(*sysfs.MemFS).Entries() {
-		if strings.Contains(e.Path, old) {
-			n++
-		}
-		e.Path = strings.ReplaceAll(e.Path, old, new)
-		e.Target = strings.ReplaceAll(e.Target, old, new)
-		e.Data = []byte(strings.ReplaceAll(string(e.Data), old, new))
-		out = append(out, e)
-	}
+	out, n := fakesys.Renamed(root.ReadLinkFS.(*sysfs.MemFS).Entries(), old, new)
 	require.NotZero(t, n, "%s is not in the capture", old)
 	return out
 }
@@ -89,7 +78,7 @@ func TestBadNamesLeftOut(t *testing.T) {
 				roots["memory"] = mem
 			}
 			dir := filepath.Join(t.TempDir(), "sys")
-			writeTree(t, dir, entries)
+			require.NoError(t, fakesys.WriteTree(dir, entries))
 			disk, err := sysfs.OpenDir(dir)
 			require.NoError(t, err)
 			defer disk.Close()
@@ -111,7 +100,8 @@ func TestBadNamesLeftOut(t *testing.T) {
 				for _, d := range topo.Devices {
 					assert.NoError(t, pcie.CheckName(d.Name), where)
 				}
-				published(t, topo, tc.new)
+				// driver/resources' TestBadNamesNeverPublished: nor in what
+				// the plugin publishes.
 				// What the plugin reads when it prepares a claim.
 				addr, err := pcie.ParseAddress(fn)
 				require.NoError(t, err)
@@ -128,25 +118,6 @@ func TestBadNamesLeftOut(t *testing.T) {
 	}
 }
 
-// writeTree writes entries under dir as they are, names the kernel would
-// refuse included. sysfs.WriteDir refuses paths that are not valid UTF-8,
-// as io/fs does; a directory can hold them.
-func writeTree(t *testing.T, dir string, entries []sysfs.Entry) {
-	t.Helper()
-	for _, e := range entries {
-		p := filepath.Join(dir, e.Path)
-		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-		switch e.Kind {
-		case sysfs.KindDir:
-			require.NoError(t, os.MkdirAll(p, 0o755))
-		case sysfs.KindFile:
-			require.NoError(t, os.WriteFile(p, e.Data, 0o644))
-		case sysfs.KindLink:
-			require.NoError(t, os.Symlink(e.Target, p))
-		}
-	}
-}
-
 // scanAll scans fsys as efakit list and the plugin do: the EFAs, and the
 // topology with the host and Neuron readers too.
 func scanAll(t *testing.T, fsys fs.ReadLinkFS) (*topology.Topology, *efa.Result, error) {
@@ -157,33 +128,6 @@ func scanAll(t *testing.T, fsys fs.ReadLinkFS) (*topology.Topology, *efa.Result,
 	return topo, res, err
 }
 
-// published checks the ResourceSlices the plugin would publish: no device
-// name or attribute holds bad, and every string is printable.
-func published(t *testing.T, topo *topology.Topology, bad string) {
-	t.Helper()
-	for _, mode := range []resources.GroupMode{resources.GroupsNone, resources.GroupsMixed} {
-		res, _ := resources.Published(topo, resources.Config{NodeName: "node-1", Groups: mode})
-		n := 0
-		for _, s := range res.Slices {
-			for _, d := range s.Devices {
-				n++
-				assert.NotContains(t, d.Name, bad)
-				for name, a := range d.Attributes {
-					var vals []string
-					if a.StringValue != nil {
-						vals = append(vals, *a.StringValue)
-					}
-					vals = append(vals, a.StringValues...)
-					for _, v := range vals {
-						assert.NotContains(t, v, bad, "attribute %s", name)
-						assert.NoError(t, pcie.CheckText(v), "attribute %s", name)
-					}
-				}
-			}
-		}
-		assert.NotZero(t, n, "the other EFAs are published")
-	}
-}
 
 // TestDamagedCounterStaysUnknown: a counter whose value does not parse, or
 // whose name cannot be printed, is not in the map (unknown, not 0), with an

@@ -8,7 +8,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -363,4 +365,47 @@ func (b *Builder) Config(addr string, data []byte) {
 		panic("fakesys: config of " + addr + ", which has no PCI function")
 	}
 	b.entries[dir+"/config"] = sysfs.Entry{Path: dir + "/config", Kind: sysfs.KindFile, Data: data, Mode: fsMode(0o644)}
+}
+
+// Renamed is entries with every occurrence of old in a path, a link target
+// or a file's content replaced by new: a device the kernel (or a hostile
+// capture) named new. It also returns how many paths held old.
+func Renamed(entries []sysfs.Entry, old, new string) ([]sysfs.Entry, int) {
+	out := make([]sysfs.Entry, 0, len(entries))
+	n := 0
+	for _, e := range entries {
+		if strings.Contains(e.Path, old) {
+			n++
+		}
+		e.Path = strings.ReplaceAll(e.Path, old, new)
+		e.Target = strings.ReplaceAll(e.Target, old, new)
+		e.Data = []byte(strings.ReplaceAll(string(e.Data), old, new))
+		out = append(out, e)
+	}
+	return out, n
+}
+
+// WriteTree writes entries under dir as they are, names the kernel would
+// refuse included. sysfs.WriteDir refuses paths that are not valid UTF-8,
+// as io/fs does; a directory can hold them.
+func WriteTree(dir string, entries []sysfs.Entry) error {
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		var err error
+		switch e.Kind {
+		case sysfs.KindDir:
+			err = os.MkdirAll(p, 0o755)
+		case sysfs.KindFile:
+			err = os.WriteFile(p, e.Data, 0o644)
+		case sysfs.KindLink:
+			err = os.Symlink(e.Target, p)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -9,12 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 )
 
-// TestTable: names sorted and unique, every instance type a label value
-// the API accepts in a node selector, kinds and architectures known.
+// TestTable: names sorted and unique, kinds and architectures known (that
+// every instance type is a label value the API accepts: test/e2e's
+// TestFleetTableInTheChart).
 func TestTable(t *testing.T) {
 	fams := Families()
 	require.NotEmpty(t, fams)
@@ -26,9 +25,6 @@ func TestTable(t *testing.T) {
 		assert.Contains(t, []Source{SourceDescribe, SourcePreview, SourceUserGuide}, f.Src, f.Name)
 		require.NotEmpty(t, f.Sizes, f.Name)
 		assert.Len(t, slices.Compact(slices.Clone(f.Sizes)), len(f.Sizes), "%s: a size twice", f.Name)
-		for _, it := range f.InstanceTypes() {
-			assert.Empty(t, validation.IsValidLabelValue(it), it)
-		}
 	}
 	assert.True(t, slices.IsSorted(names), "families sorted by name")
 	assert.Len(t, slices.Compact(slices.Clone(names)), len(names), "a family twice")
@@ -113,26 +109,6 @@ func TestLookup(t *testing.T) {
 		assert.False(t, ok, in)
 		assert.Empty(t, f.Name, in)
 	}
-}
-
-// TestChartValuesAreTheTable reads the chart's values as Helm would and
-// finds exactly the table's instance types, whatever the text around them.
-func TestChartValuesAreTheTable(t *testing.T) {
-	b, err := os.ReadFile("../../deployments/helm/efakit/values.yaml")
-	require.NoError(t, err)
-	var v struct {
-		NodeSelection struct {
-			Label              string   `json:"label"`
-			InstanceTypes      []string `json:"instanceTypes"`
-			ExtraInstanceTypes []string `json:"extraInstanceTypes"`
-		} `json:"nodeSelection"`
-		Affinity map[string]any `json:"affinity"`
-	}
-	require.NoError(t, yaml.Unmarshal(b, &v))
-	assert.Equal(t, InstanceTypes(), v.NodeSelection.InstanceTypes)
-	assert.Empty(t, v.NodeSelection.Label, "the list is the default")
-	assert.Empty(t, v.NodeSelection.ExtraInstanceTypes)
-	assert.Empty(t, v.Affinity, "an affinity in the values would replace the list")
 }
 
 // TestDocsBlock: every family is in the docs' list, under its kind and

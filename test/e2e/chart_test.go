@@ -20,8 +20,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/fleet"
@@ -483,4 +485,29 @@ func TestRBACDocumented(t *testing.T) {
 		got = append(got, strings.Join(c[:4], " | "))
 	}
 	assert.ElementsMatch(t, want, got)
+}
+
+// TestFleetTableInTheChart: every instance type of internal/fleet's table
+// is a label value the API accepts in a node selector, and the chart's
+// values, read as Helm reads them, hold exactly the table's, whatever the
+// text around them.
+func TestFleetTableInTheChart(t *testing.T) {
+	for _, it := range fleet.InstanceTypes() {
+		assert.Empty(t, validation.IsValidLabelValue(it), it)
+	}
+	b, err := os.ReadFile("../../deployments/helm/efakit/values.yaml")
+	require.NoError(t, err)
+	var v struct {
+		NodeSelection struct {
+			Label              string   `json:"label"`
+			InstanceTypes      []string `json:"instanceTypes"`
+			ExtraInstanceTypes []string `json:"extraInstanceTypes"`
+		} `json:"nodeSelection"`
+		Affinity map[string]any `json:"affinity"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &v))
+	assert.Equal(t, fleet.InstanceTypes(), v.NodeSelection.InstanceTypes)
+	assert.Empty(t, v.NodeSelection.Label, "the list is the default")
+	assert.Empty(t, v.NodeSelection.ExtraInstanceTypes)
+	assert.Empty(t, v.Affinity, "an affinity in the values would replace the list")
 }
