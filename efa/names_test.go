@@ -128,7 +128,6 @@ func scanAll(t *testing.T, fsys fs.ReadLinkFS) (*topology.Topology, *efa.Result,
 	return topo, res, err
 }
 
-
 // TestDamagedCounterStaysUnknown: a counter whose value does not parse, or
 // whose name cannot be printed, is not in the map (unknown, not 0), with an
 // error naming the device and the file; the other counters are read.
