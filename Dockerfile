@@ -9,10 +9,14 @@
 # as root with every capability dropped, only to write the kubelet's
 # root-owned directories.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+# The binaries are the plugin module's (plugin/), which builds against the
+# library at the root of the same tree (its replace directive).
 WORKDIR /src
 COPY go.mod go.sum ./
-RUN go mod download
+COPY plugin/go.mod plugin/go.sum ./plugin/
+RUN cd plugin && go mod download
 COPY . .
+WORKDIR /src/plugin
 ARG VERSION=dev
 ARG TARGETOS TARGETARCH
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/efakit-plugin ./cmd/efakit

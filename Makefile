@@ -1,6 +1,9 @@
 # efakit: make test is what CI runs (.ci/run).
 GO       ?= go
 PKGS     := ./...
+## MODULES: the library (the repository's root) and the kubelet plugin with
+## the CLI (plugin/), each a module of its own; every Go target runs in both.
+MODULES  := . plugin
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -32,16 +35,16 @@ STATICCHECK := bin/staticcheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
-	cd bench && $(GO) vet ./...
+	for m in $(MODULES) bench; do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
-	$(STATICCHECK) ./...
-	for m in bench tools/image test/e2e; do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+	for m in $(MODULES) bench tools/image test/e2e; do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
 	GOTOOLCHAIN=go1.27.3 $(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK)-go1.27 honnef.co/go/tools/cmd/staticcheck
 	cd test/karpenter && GOTOOLCHAIN=go1.27.3 $(CURDIR)/$(STATICCHECK)-go1.27 ./...
 
+## unit: each module's packages with the race detector (fuzz seed corpora
+## included), both through bin/testtimes, which fails if any failed.
 unit: bin/testtimes
-	bash -o pipefail -c '$(GO) test -race -count=1 -json $(PKGS) | bin/testtimes -over $(SLOWTEST)'
+	bash -o pipefail -c 'for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 -json $(PKGS)); done | bin/testtimes -over $(SLOWTEST)'
 
 ## stress: the unit packages as a fresh, busy CI machine runs them: with
 ## the race detector, STRESSCOUNT times over (3), beside STRESSLOAD
@@ -54,7 +57,7 @@ stress:
 	  for i in $$(seq $$load); do (while :; do :; done) & pids="$$pids $$!"; done; \
 	  trap 'kill $$pids 2>/dev/null' EXIT INT TERM; \
 	  echo "stress: go test -race -count=$(STRESSCOUNT) beside $$load CPU-bound loops"; \
-	  $(GO) test -race -count=$(STRESSCOUNT) -timeout 60m $(PKGS)
+	  rc=0; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=$(STRESSCOUNT) -timeout 60m $(PKGS)) || rc=1; done; exit $$rc
 
 ## bench-check: the comparison module's tests (same devices found by
 ## efakit, ghw and procfs), and one round of its harness.
@@ -199,7 +202,7 @@ image-check:
 
 ## modzip: the committed tree packs as the module zip `go get` downloads.
 modzip:
-	$(GO) run ./internal/modzip
+	cd plugin && $(GO) run ./internal/modzip
 
 ## fixtures: rebuild testdata/sysfs from internal/fixturegen.
 fixtures:
@@ -210,7 +213,7 @@ fixtures:
 ## over); BENCHCOUNT runs of each, for the spread.
 BENCHCOUNT ?= 5
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCHCOUNT) $(PKGS)
+	for m in $(MODULES); do (cd $$m && $(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCHCOUNT) $(PKGS)) || exit 1; done
 
 ## bench-compare: efakit against jaypipes/ghw and prometheus/procfs on every
 ## fixture unpacked to disk, interleaved in COMPAREROUNDS rounds in one
@@ -234,10 +237,10 @@ bench-compare:
 FUZZMINIMIZETIME ?= 1x
 fuzz:
 	@mkdir -p bin; : > bin/fuzz-rates; failed=; \
-	for pkg in $$($(GO) list $(PKGS)); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	for pkg in $$(for m in $(MODULES); do (cd $$m && $(GO) list -f '{{.Dir}}' $(PKGS)); done); do \
+	  for t in $$(cd $$pkg && $(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
 	    echo "== $$pkg $$t"; \
-	    $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg >bin/fuzz.log 2>&1; rc=$$?; \
+	    (cd $$pkg && $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) .) >bin/fuzz.log 2>&1; rc=$$?; \
 	    cat bin/fuzz.log; \
 	    awk -v t="$$pkg $$t" '/execs: /{el=$$3; n=$$5} END{s=0; if (match(el, /[0-9]+m/)) s+=60*substr(el, RSTART, RLENGTH-1); if (match(el, /[0-9.]+s/)) s+=substr(el, RSTART, RLENGTH-1); if (s>0) printf "%-64s %9d execs in %4ds: %7d/sec\n", t, n, s, n/s; else printf "%-64s no execs: the baseline coverage of the cached corpus took the time\n", t}' bin/fuzz.log >>bin/fuzz-rates; \
 	    if [ $$rc -ne 0 ] && grep -q '^    context deadline exceeded$$' bin/fuzz.log && ! grep -q 'Failing input written' bin/fuzz.log; then \
@@ -250,8 +253,8 @@ fuzz:
 	if [ -n "$$failed" ]; then echo "== failed:$$failed"; exit 1; fi
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/efakit ./cmd/efakit
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/efakit-plugin ./cmd/efakit-plugin
+	$(GO) build -C plugin -ldflags "-X main.version=$(VERSION)" -o $(CURDIR)/bin/efakit ./cmd/efakit
+	$(GO) build -C plugin -ldflags "-X main.version=$(VERSION)" -o $(CURDIR)/bin/efakit-plugin ./cmd/efakit-plugin
 
 clean:
 	rm -rf bin

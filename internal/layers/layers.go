@@ -1,6 +1,7 @@
 // Package layers holds the rule of which efakit package may import which,
 // as docs/design.md draws the layers; its test checks every package of the
-// module against it. It has no code of its own.
+// library's module and of the plugin's (plugin/) against it. It has no code
+// of its own.
 package layers
 
 // Allowed maps each package (its path inside the module) to the efakit
@@ -24,45 +25,45 @@ var Allowed = map[string][]string{
 
 	// What is published and written, from the library's answers and the
 	// API types alone.
-	"cdi":                                  {"internal/atomicfile"},
-	"driver/checkpoint":                    {"internal/atomicfile"},
-	"driver/resources":                     {"efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
-	"driver/podresources":                  nil,
-	"driver/podresources/podresourcestest": nil,
-	"doctor":                               {"cdi", "driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
+	"plugin/cdi":                                  {"internal/atomicfile"},
+	"plugin/driver/checkpoint":                    {"internal/atomicfile"},
+	"plugin/driver/resources":                     {"efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
+	"plugin/driver/podresources":                  nil,
+	"plugin/driver/podresources/podresourcestest": nil,
+	"plugin/doctor":                               {"plugin/cdi", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin's parts, one concern each: operations (metrics,
 	// Events, uevents), publishing and the checks for another owner. None
 	// knows the Plugin; metrics reads EFAs through efa alone.
-	"driver/metrics": {"efa", "pcie", "sysfs"},
-	"driver/events":  nil,
-	"driver/uevents": {"host/uevent"},
+	"plugin/driver/metrics": {"efa", "pcie", "sysfs"},
+	"plugin/driver/events":  nil,
+	"plugin/driver/uevents": {"host/uevent"},
 	// The prepared claims' status.devices: written by server-side apply,
 	// from entries the claim state builds; no hardware knowledge of its own.
-	"driver/claimstatus": nil,
+	"plugin/driver/claimstatus": nil,
 	// The inventory: the last scan's snapshot, built from the topology.
-	"driver/inventory": {"driver/resources", "efa", "efa/health", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
+	"plugin/driver/inventory": {"plugin/driver/resources", "efa", "efa/health", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
 	// The parts that own state, each reading the inventory's snapshots:
 	// publishing, the owner check, and the claim state (the one lock a
 	// prepare takes).
-	"driver/publishing": {"driver/events", "driver/inventory", "driver/metrics", "driver/resources", "efa", "host", "internal/informerwait", "neuron", "pcie", "sysfs", "topology"},
-	"driver/owners":     {"driver/events", "driver/metrics", "driver/resources", "efa", "internal/informerwait", "pcie", "sysfs"},
-	"driver/claims": {"cdi", "driver/checkpoint", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics",
-		"driver/podresources", "driver/resources", "efa", "efa/health", "gpudirect", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
+	"plugin/driver/publishing": {"plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/resources", "efa", "host", "plugin/internal/informerwait", "neuron", "pcie", "sysfs", "topology"},
+	"plugin/driver/owners":     {"plugin/driver/events", "plugin/driver/metrics", "plugin/driver/resources", "efa", "plugin/internal/informerwait", "pcie", "sysfs"},
+	"plugin/driver/claims": {"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics",
+		"plugin/driver/podresources", "plugin/driver/resources", "efa", "efa/health", "gpudirect", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin: an adapter over the parts above.
-	"driver": {"cdi", "driver/checkpoint", "driver/claims", "driver/claimstatus", "driver/events", "driver/inventory", "driver/metrics", "driver/owners", "driver/podresources",
-		"driver/publishing", "driver/resources", "driver/uevents", "efa", "efa/health", "gpudirect", "host", "host/uevent",
+	"plugin/driver": {"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claims", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/owners", "plugin/driver/podresources",
+		"plugin/driver/publishing", "plugin/driver/resources", "plugin/driver/uevents", "efa", "efa/health", "gpudirect", "host", "host/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.
-	"cmd/efakit":        {"doctor", "driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
-	"cmd/efakit-plugin": {"driver", "driver/podresources", "driver/resources", "driver/uevents", "efa/health"},
+	"plugin/cmd/efakit":        {"plugin/doctor", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
+	"plugin/cmd/efakit-plugin": {"plugin/driver", "plugin/driver/podresources", "plugin/driver/resources", "plugin/driver/uevents", "efa/health"},
 
 	// Tools and test support.
-	"internal/allocfeatures":       nil,
+	"plugin/allocfeatures":         nil,
 	"internal/atomicfile":          nil,
-	"internal/informerwait":        nil,
+	"plugin/internal/informerwait": nil,
 	"internal/fakesys":             {"pcie", "sysfs"},
 	"internal/gdrcases":            {"internal/fakesys", "pcie"},
 	"internal/fixturegen":          {"internal/fixturegen/machines", "sysfs"},
@@ -72,19 +73,19 @@ var Allowed = map[string][]string{
 	"internal/fleet":               nil,
 	"internal/fleet/gen":           {"internal/atomicfile", "internal/fleet"},
 	"internal/layers":              nil,
-	"internal/modzip":              {"sysfs"},
+	"plugin/internal/modzip":       {"sysfs"},
 	"internal/testfixture":         nil,
 	"internal/testtimes":           nil,
 	"internal/doccheck":            nil,
-	"internal/chartdoc":            nil,
-	"internal/msgdoc":              nil,
+	"plugin/internal/chartdoc":     nil,
+	"plugin/internal/msgdoc":       nil,
 }
 
 // NoCluster are the packages that reach no cluster and serve nothing: the
 // library and what it writes. They import no Kubernetes client, gRPC or
 // Prometheus (the API types are allowed where they publish).
 var NoCluster = []string{"sysfs", "pcie", "efa", "host", "host/uevent", "neuron", "topology", "snapshot",
-	"cdi", "driver/checkpoint", "driver/resources"}
+	"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/resources"}
 
 // NoKubernetes are the packages that import nothing of Kubernetes: the
 // hardware library.

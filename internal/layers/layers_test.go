@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,32 +21,40 @@ type pkg struct {
 	XTestImports []string
 }
 
-// list is every package of the module with its imports, from go list.
+// list is every package of the library's module and of the plugin's, with
+// its imports, from go list in each.
 func list(t *testing.T) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
-	cmd.Dir = "../.."
-	out, err := cmd.Output()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	var pkgs []pkg
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	for {
-		var p pkg
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
+	for _, dir := range []string{"../..", "../../plugin"} {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil && dir != "../.." {
+			continue // the library alone, as its module zip holds it
+		}
+		cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list in %s: %v\n%s", dir, err, ee.Stderr)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
-		pkgs = append(pkgs, p)
-	}
-	if len(pkgs) < 10 {
-		t.Fatalf("go list found %d packages", len(pkgs))
+		n := 0
+		dec := json.NewDecoder(strings.NewReader(string(out)))
+		for {
+			var p pkg
+			if err := dec.Decode(&p); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			pkgs = append(pkgs, p)
+			n++
+		}
+		if n < 10 {
+			t.Fatalf("go list found %d packages in %s", n, dir)
+		}
 	}
 	return pkgs
 }

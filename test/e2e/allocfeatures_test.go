@@ -10,7 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/efakit/efakit/internal/allocfeatures"
+	"github.com/efakit/efakit/plugin/allocfeatures"
 )
 
 // TestAllocatorFeaturesMatchScheduler: efakit's tests and benchmarks that

@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/fleet"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // render runs `helm template` (the helm tool of this module's go.mod) on

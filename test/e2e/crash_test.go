@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
-	"github.com/efakit/efakit/driver/checkpoint"
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // TestKillDuringPrepare kills the real plugin binary (SIGKILL) at random

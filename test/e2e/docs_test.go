@@ -79,7 +79,7 @@ func TestDocCommands(t *testing.T) {
 	require.NoError(t, err)
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(bin, "efakit"), "./cmd/efakit")
-	build.Dir = root
+	build.Dir = filepath.Join(root, "plugin")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	helm := "#!/bin/sh\nexec go tool -modfile=" + filepath.Join(root, "test/e2e/go.mod") + " helm \"$@\"\n"

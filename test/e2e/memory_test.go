@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 

@@ -26,8 +26,8 @@ import (
 	utilptr "k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/efakit/efakit/driver/claimstatus"
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/driver/claimstatus"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // The extended resource of AWS's EFA device plugin, which the chart's
@@ -383,7 +383,7 @@ func (n *realNode) importDoctorImage() {
 	t := n.t
 	bin := filepath.Join(n.dir, "efakit")
 	b := exec.Command("go", "build", "-o", bin, "./cmd/efakit")
-	b.Dir = "../.."
+	b.Dir = "../../plugin"
 	b.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := b.CombinedOutput()
 	require.NoError(t, err, "go build ./cmd/efakit: %s", out)

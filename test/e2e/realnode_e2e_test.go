@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/efakit/efakit/cdi"
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/cdi"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 const (

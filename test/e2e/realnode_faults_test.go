@@ -21,10 +21,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/efakit/efakit/cdi"
-	"github.com/efakit/efakit/driver/checkpoint"
-	"github.com/efakit/efakit/driver/events"
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/cdi"
+	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/events"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // Faults on the real node, each as a user meets it: what the pods and the

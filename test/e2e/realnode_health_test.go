@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/efakit/efakit/driver/claimstatus"
-	"github.com/efakit/efakit/driver/events"
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/driver/claimstatus"
+	"github.com/efakit/efakit/plugin/driver/events"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // counterFile is the counter file rel (under the RDMA device's directory:

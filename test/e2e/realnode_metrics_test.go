@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // scrape reads the real plugin's /metrics: each series of the metric, as

@@ -20,7 +20,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 

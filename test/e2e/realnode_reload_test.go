@@ -18,7 +18,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	efaevents "github.com/efakit/efakit/driver/events"
+	efaevents "github.com/efakit/efakit/plugin/driver/events"
 )
 
 // An efa module reload, as sysfs shows it to a reader, in the plugin's

@@ -14,10 +14,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/efakit/efakit/cdi"
-	"github.com/efakit/efakit/driver/claimstatus"
-	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/plugin/cdi"
+	"github.com/efakit/efakit/plugin/driver/claimstatus"
+	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // waitEntries waits until a claim's dra.net entries in status.devices

@@ -29,8 +29,8 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/efakit/efakit/cdi"
-	"github.com/efakit/efakit/driver/resources"
+	"github.com/efakit/efakit/plugin/cdi"
+	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -254,7 +254,7 @@ var (
 	pluginErr  error
 )
 
-// pluginBinary builds cmd/efakit-plugin once for the test binary.
+// pluginBinary builds plugin/cmd/efakit-plugin once for the test binary.
 func pluginBinary() (string, error) {
 	pluginOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "efakit-plugin-bin")
@@ -265,7 +265,9 @@ func pluginBinary() (string, error) {
 		pluginBin = filepath.Join(dir, "efakit-plugin")
 		// As the image builds it (static, -trimpath, -s -w): what runs
 		// on a node, and the image's build reuses what it compiled.
-		b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", pluginBin, "github.com/efakit/efakit/cmd/efakit-plugin")
+		// In the plugin module, with its own requirements, as the image.
+		b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", pluginBin, "./cmd/efakit-plugin")
+		b.Dir = "../../plugin"
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := b.CombinedOutput(); err != nil {
 			pluginErr = fmt.Errorf("go build efakit-plugin: %v\n%s", err, out)

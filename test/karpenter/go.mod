@@ -12,6 +12,7 @@ require (
 )
 
 require (
+	github.com/efakit/efakit/plugin v0.0.0-00010101000000-000000000000
 	github.com/fxamacker/cbor/v2 v2.9.2 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/jaypipes/pcidb v1.1.1 // indirect
@@ -36,3 +37,5 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+replace github.com/efakit/efakit/plugin => ../../plugin

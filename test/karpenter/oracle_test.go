@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/efakit/efakit/driver/resources"
 	"github.com/efakit/efakit/internal/fixturegen/machines"
 	"github.com/efakit/efakit/internal/fleet"
+	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/topology"
 )
 

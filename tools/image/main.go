@@ -1,6 +1,6 @@
 // Command image builds the efakit-plugin OCI image without a container
 // engine: for linux/amd64 and linux/arm64, the static binaries of
-// cmd/efakit-plugin and cmd/efakit in one layer on an empty base, run as a
+// plugin/cmd/efakit-plugin and plugin/cmd/efakit in one layer on an empty base, run as a
 // non-root user; the two images in one OCI image index, written as an OCI
 // image layout (push it with any OCI tool: crane, skopeo, oras).
 //
@@ -33,7 +33,8 @@ const nonroot = "65532:65532"
 // entrypoint is the plugin, as the chart's DaemonSet runs it.
 const entrypoint = "/usr/local/bin/efakit-plugin"
 
-// commands are the binaries of the image, each built from ./cmd/<name>.
+// commands are the binaries of the image, each built from ./cmd/<name> of
+// the plugin module (plugin/).
 func commands() []string { return []string{"efakit-plugin", "efakit"} }
 
 // platforms are the image's platforms: amd64 for most EFA instances, arm64
@@ -104,7 +105,7 @@ func platformImage(dir string, p v1.Platform, version string) (v1.Image, error) 
 	}
 	// One go build for both binaries: their packages compile once.
 	b := exec.Command("go", args...)
-	b.Dir = "../.."
+	b.Dir = "../../plugin" // the plugin module
 	b.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	if o, err := b.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, o)
