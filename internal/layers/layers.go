@@ -62,6 +62,7 @@ var Allowed = map[string][]string{
 
 	// Tools and test support.
 	"plugin/allocfeatures":         nil,
+	"internal/apicheck":            nil,
 	"internal/atomicfile":          nil,
 	"plugin/internal/informerwait": nil,
 	"internal/fakesys":             {"pcie", "sysfs"},

@@ -1,0 +1,77 @@
+package apicheck
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite api/*.txt from the code")
+
+// file is a package's API file: api/efa_health.txt for efa/health.
+func file(pkg string) string {
+	return filepath.Join("..", "..", "api", strings.ReplaceAll(pkg, "/", "_")+".txt")
+}
+
+// TestAPI: every library package's exported API is what api/<package>.txt
+// records, line for line; a change of the API shows as a diff of those
+// files (go test ./internal/apicheck -update).
+func TestAPI(t *testing.T) {
+	root := os.DirFS(filepath.Join("..", ".."))
+	total := 0
+	for _, pkg := range Packages {
+		lines, err := API(root, pkg)
+		require.NoError(t, err, pkg)
+		require.NotEmpty(t, lines, pkg)
+		total += len(lines)
+		got := strings.Join(lines, "\n") + "\n"
+		if *update {
+			require.NoError(t, os.MkdirAll(filepath.Dir(file(pkg)), 0o755))
+			require.NoError(t, os.WriteFile(file(pkg), []byte(got), 0o644))
+		}
+		want, err := os.ReadFile(file(pkg))
+		require.NoError(t, err, "run go test ./internal/apicheck -update")
+		assert.Equal(t, strings.Split(string(want), "\n"), strings.Split(got, "\n"),
+			"%s: the exported API changed; if on purpose, run go test ./internal/apicheck -update and say so in CHANGELOG.md", pkg)
+	}
+	t.Logf("%d exported names in %d packages", total, len(Packages))
+}
+
+// TestEveryPublicPackage: Packages names every package of the library
+// outside internal/ and testdata, so that a new one is recorded too.
+func TestEveryPublicPackage(t *testing.T) {
+	have := map[string]bool{}
+	root := filepath.Join("..", "..")
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			switch {
+			case rel == ".":
+				return nil
+			case strings.HasPrefix(d.Name(), ".") || d.Name() == "internal" || d.Name() == "testdata" || d.Name() == "bin":
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+				return filepath.SkipDir // another module
+			}
+			return nil
+		}
+		if strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+			have[filepath.ToSlash(filepath.Dir(rel))] = true
+		}
+		return nil
+	}))
+	var got []string
+	for p := range have {
+		got = append(got, p)
+	}
+	assert.ElementsMatch(t, Packages, got)
+}
