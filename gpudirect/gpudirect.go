@@ -29,23 +29,61 @@ import (
 	"github.com/efakit/efakit/topology"
 )
 
-// Status is a path's or a pair's readiness; of two, the greater is worse.
+// Status is a path's or a pair's readiness. From best to worst: Ready,
+// Slow, Unknown, Blocked. The zero Status is Unknown: nothing judged is
+// never ready.
 type Status int
 
-// The statuses, best first.
+// The statuses.
 const (
-	Ready Status = iota
+	// Unknown: a fact the judgement needs was not available, or nothing
+	// was judged.
+	Unknown Status = iota
+	Ready
 	// Slow: ready, but ACS sends the pair's traffic up to the root
 	// complex.
 	Slow
-	// Unknown: a fact the judgement needs was not available.
-	Unknown
+	// Blocked: a fact keeps the path from working.
 	Blocked
 )
 
-var statusNames = [...]string{"ready", "slow", "unknown", "blocked"}
+var statusNames = [...]string{"unknown", "ready", "slow", "blocked"}
 
-func (s Status) String() string { return statusNames[s] }
+// statusRank orders the statuses from best to worst.
+var statusRank = [...]int{Unknown: 2, Ready: 0, Slow: 1, Blocked: 3}
+
+func (s Status) String() string {
+	if s < 0 || int(s) >= len(statusNames) {
+		return fmt.Sprintf("Status(%d)", int(s))
+	}
+	return statusNames[s]
+}
+
+// Usable reports a pair or path that GPUDirect RDMA works on: Ready, or
+// Slow (it works, through the root complex).
+func (s Status) Usable() bool { return s == Ready || s == Slow }
+
+// worse is the worse of two statuses; a status out of range is worst.
+func worse(a, b Status) Status {
+	rank := func(s Status) int {
+		if s < 0 || int(s) >= len(statusRank) {
+			return len(statusRank)
+		}
+		return statusRank[s]
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
+
+// better is the better of two statuses.
+func better(a, b Status) Status {
+	if worse(a, b) == a {
+		return b
+	}
+	return a
+}
 
 // MarshalText prints String.
 func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
@@ -109,8 +147,8 @@ type Pair struct {
 	ACS *Finding `json:"acs,omitempty"`
 }
 
-// Ready returns the methods whose path is ready.
-func (p Pair) Ready() []Method {
+// ReadyBy returns the methods whose path is ready.
+func (p Pair) ReadyBy() []Method {
 	var out []Method
 	for _, x := range p.Paths {
 		if x.Status == Ready {
@@ -197,14 +235,14 @@ func judge(t *topology.Topology, g, e *topology.Device, n Node) Pair {
 			Message: "a Grace (coherent) platform needs dma-buf for GPUDirect: aws-ofi-nccl does not use peer memory there"})
 	}
 	p.Paths = []Path{path(DMABuf, dmabuf), path(PeerMemory, peer)}
-	p.Status = min(p.Paths[0].Status, p.Paths[1].Status)
+	p.Status = better(p.Paths[0].Status, p.Paths[1].Status)
 	return p
 }
 
 func path(m Method, found []Finding) Path {
-	x := Path{Method: m, Findings: found}
+	x := Path{Method: m, Findings: found, Status: Ready}
 	for _, f := range found {
-		x.Status = max(x.Status, f.Status)
+		x.Status = worse(x.Status, f.Status)
 	}
 	return x
 }
@@ -222,7 +260,7 @@ func Coherent(t *topology.Topology, g *topology.Device) bool {
 
 // nvidiaDriver checks that the nvidia driver holds the GPU.
 func nvidiaDriver(g *pcie.Device, n Node) Finding {
-	f := Finding{Check: CheckNVIDIADriver, Source: SourceNVIDIADriver}
+	f := Finding{Check: CheckNVIDIADriver, Status: Ready, Source: SourceNVIDIADriver}
 	switch g.Driver {
 	case "nvidia":
 		v := n.NVIDIAVersion
@@ -243,7 +281,7 @@ func nvidiaDriver(g *pcie.Device, n Node) Finding {
 // kernelDMABuf checks the kernel can import a dma-buf into an RDMA memory
 // region (ib_umem_dmabuf, Linux 5.12).
 func kernelDMABuf(n Node) Finding {
-	f := Finding{Check: CheckKernelDMABuf, Source: SourceDMABuf}
+	f := Finding{Check: CheckKernelDMABuf, Status: Ready, Source: SourceDMABuf}
 	major, minor, ok := KernelVersion(n.KernelRelease)
 	switch {
 	case !ok:
@@ -261,7 +299,7 @@ func kernelDMABuf(n Node) Finding {
 // efaPeerMemory checks that the efa driver found NVIDIA's peer-memory
 // interface: its p2p file names the first provider it found.
 func efaPeerMemory(e *efa.Device, n Node) Finding {
-	f := Finding{Check: CheckEFAPeerMemory, Source: SourceEFAP2P}
+	f := Finding{Check: CheckEFAPeerMemory, Status: Ready, Source: SourceEFAP2P}
 	switch {
 	case strings.HasPrefix(e.P2P, "NVIDIA"):
 		f.Message = fmt.Sprintf("the efa driver's peer-memory provider is %q", e.P2P)
@@ -288,7 +326,7 @@ func efaPeerMemory(e *efa.Device, n Node) Finding {
 // Two functions without a group count as one group, as the kernel compares
 // their (nil) group pointers.
 func nvidiaTopology(g, e *pcie.Device, n Node) Finding {
-	f := Finding{Check: CheckNVIDIATopology, Source: SourceNVIDIATopology}
+	f := Finding{Check: CheckNVIDIATopology, Status: Ready, Source: SourceNVIDIATopology}
 	same := g.IOMMUGroup == e.IOMMUGroup
 	where := fmt.Sprintf("GPU %s (%s, %s) and EFA %s (%s, %s)", g.Address, group(g), g.Root, e.Address, group(e), e.Root)
 	if same {
@@ -369,7 +407,7 @@ func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Devi
 			ports = append(ports, p)
 		}
 	}
-	f := &Finding{Check: CheckACS, Source: SourceACS}
+	f := &Finding{Check: CheckACS, Status: Ready, Source: SourceACS}
 	var redirect, unknown []string
 	var errs []error
 	for _, p := range ports {

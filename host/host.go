@@ -84,6 +84,9 @@ func parseNodeID(name string) (id int, ok bool, err error) {
 
 // Node returns the node with the given ID, or nil.
 func (i *Info) Node(id int) *NUMANode {
+	if i == nil {
+		return nil
+	}
 	for k := range i.NUMANodes {
 		if i.NUMANodes[k].ID == id {
 			return &i.NUMANodes[k]

@@ -290,6 +290,9 @@ func TableFor(instanceType string) (*Table, bool) {
 
 // Indexes returns the table's Neuron indexes in order.
 func (t *Table) Indexes() []int {
+	if t == nil {
+		return nil
+	}
 	var out []int
 	for i := range t.NeuronEFA {
 		out = append(out, i)
@@ -311,6 +314,9 @@ func (t *Table) NeuronsOf(a pcie.Address) []int {
 
 // IndexOf returns the Neuron index of the PCI function at a, or -1.
 func (t *Table) IndexOf(a pcie.Address) int {
+	if t == nil {
+		return -1
+	}
 	for i, p := range t.NeuronPCI {
 		if p == a {
 			return i
@@ -336,10 +342,13 @@ type Groups struct {
 // addresses of Neuron devices floor(i/N)*N .. floor(i/N)*N+N-1, joined with
 // ",".
 func (t *Table) GroupID(i, n int) string {
+	if t == nil || n <= 0 || i < 0 {
+		return ""
+	}
 	lo := (i / n) * n
 	var as []string
-	for j := lo; j < lo+n; j++ {
-		if a, ok := t.NeuronEFA[j]; ok {
+	for j, a := range t.NeuronEFA {
+		if j >= lo && j-lo < n {
 			as = append(as, a.String())
 		}
 	}
@@ -352,6 +361,9 @@ func (t *Table) GroupID(i, n int) string {
 // NeuronGroups returns the groups of Neuron index i: group 1 is the PCI
 // address of its EFA, as on that EFA, so the two match.
 func (t *Table) NeuronGroups(i int) (Groups, bool) {
+	if t == nil {
+		return Groups{}, false
+	}
 	efa, ok := t.NeuronEFA[i]
 	if !ok {
 		return Groups{}, false

@@ -116,7 +116,12 @@ type Tree struct {
 }
 
 // Lookup returns the function at a, or nil.
-func (t *Tree) Lookup(a Address) *Device { return t.byAddr[a] }
+func (t *Tree) Lookup(a Address) *Device {
+	if t == nil {
+		return nil
+	}
+	return t.byAddr[a]
+}
 
 // DeviceError is the error for one function: its address and the file that
 // could not be read or understood.

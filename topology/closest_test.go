@@ -73,14 +73,16 @@ func closestByLinks(t *topology.Topology, d *topology.Device) []*topology.Device
 			return out
 		}
 	}
-	best := topology.LinkUnknown
+	// From SELF (the best) to SYS; LinkUnknown is never closest.
+	best := topology.LinkSys + 1
 	var out []*topology.Device
 	for _, o := range cands {
 		l := t.Link(d, o)
 		switch {
+		case l == topology.LinkUnknown:
 		case l < best:
 			best, out = l, []*topology.Device{o}
-		case l == best && l != topology.LinkUnknown:
+		case l == best:
 			out = append(out, o)
 		}
 	}

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/efakit/efakit/host"
@@ -8,13 +9,16 @@ import (
 )
 
 // Link is how two devices are connected, in the classes of
-// `nvidia-smi topo -m`, best first.
+// `nvidia-smi topo -m`, best first. The zero Link is LinkUnknown.
 type Link int
 
-// The link classes, from the closest to the farthest.
+// The link classes, from the closest to the farthest; LinkUnknown, the
+// zero value, first.
 const (
+	// LinkUnknown: a device without a known PCI function, or none.
+	LinkUnknown Link = iota
 	// LinkSelf: the same device.
-	LinkSelf Link = iota
+	LinkSelf
 	// LinkPIX: through at most one PCIe bridge (the same switch port).
 	LinkPIX
 	// LinkPXB: through several PCIe bridges, without the host bridge
@@ -26,13 +30,16 @@ const (
 	LinkNode
 	// LinkSys: between NUMA nodes, across the SMP interconnect.
 	LinkSys
-	// LinkUnknown: a device without a known PCI function.
-	LinkUnknown
 )
 
-var linkNames = [...]string{"SELF", "PIX", "PXB", "PHB", "NODE", "SYS", "?"}
+var linkNames = [...]string{"?", "SELF", "PIX", "PXB", "PHB", "NODE", "SYS"}
 
-func (l Link) String() string { return linkNames[l] }
+func (l Link) String() string {
+	if l < 0 || int(l) >= len(linkNames) {
+		return fmt.Sprintf("Link(%d)", int(l))
+	}
+	return linkNames[l]
+}
 
 // MarshalText prints String.
 func (l Link) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
@@ -51,6 +58,9 @@ var LinkLegend = []struct{ Link, Meaning string }{
 // tree and the NUMA nodes. Two root complexes whose NUMA node is unknown
 // count as one node (a machine without NUMA information has one).
 func (t *Topology) Link(a, b *Device) Link {
+	if a == nil || b == nil {
+		return LinkUnknown
+	}
 	if a == b {
 		return LinkSelf
 	}
@@ -60,8 +70,11 @@ func (t *Topology) Link(a, b *Device) Link {
 	return PCILink(a.PCI, b.PCI)
 }
 
-// PCILink is Link for two PCI functions.
+// PCILink is Link for two PCI functions; LinkUnknown when one is nil.
 func PCILink(a, b *pcie.Device) Link {
+	if a == nil || b == nil {
+		return LinkUnknown
+	}
 	if a == b {
 		return LinkSelf
 	}
@@ -116,6 +129,9 @@ func depth(p *pcie.Device) int {
 // The answer comes from an index of the devices by root complex, bridge
 // and NUMA node, so it costs what it returns, not the machine's size.
 func (t *Topology) Closest(d *Device) []*Device {
+	if t == nil || d == nil || (d.Kind != KindGPU && d.Kind != KindNeuron && d.Kind != KindEFA) {
+		return nil
+	}
 	ix := t.ix()
 	if t.Table != nil {
 		switch {
@@ -187,7 +203,7 @@ type Standard struct {
 // StandardAttributes returns d's standard attributes; false for a device
 // without a known PCI function.
 func (t *Topology) StandardAttributes(d *Device) (Standard, bool) {
-	if d.PCI == nil {
+	if t == nil || d == nil || d.PCI == nil {
 		return Standard{}, false
 	}
 	s := Standard{PCIeRoot: d.PCI.Root, PCIBusID: d.PCI.Address.String()}

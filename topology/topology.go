@@ -23,9 +23,9 @@ import (
 // Kind is what a device of the topology is.
 type Kind int
 
-// The kinds of device the topology holds.
+// The kinds of device the topology holds. The zero Kind is none of them.
 const (
-	KindGPU Kind = iota
+	KindGPU Kind = iota + 1
 	KindNeuron
 	KindEFA
 )
@@ -36,8 +36,10 @@ func (k Kind) String() string {
 		return "gpu"
 	case KindNeuron:
 		return "neuron"
+	case KindEFA:
+		return "efa"
 	}
-	return "efa"
+	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
 // MarshalText prints String.
@@ -61,16 +63,19 @@ type Device struct {
 	Groups *neuron.Groups
 }
 
-// NUMANode returns the device's NUMA node, pcie.NoNUMA when unknown.
+// NUMANode returns the device's NUMA node, pcie.NoNUMA when unknown (a
+// nil device's too).
 func (d *Device) NUMANode() int {
-	if d.PCI == nil {
+	if d == nil || d.PCI == nil {
 		return pcie.NoNUMA
 	}
 	return d.PCI.NUMANode
 }
 
 // IsAccelerator reports a GPU or a Neuron device.
-func (d *Device) IsAccelerator() bool { return d.Kind != KindEFA }
+func (d *Device) IsAccelerator() bool {
+	return d != nil && (d.Kind == KindGPU || d.Kind == KindNeuron)
+}
 
 // Topology is one machine. Treat it as read-only once built: Closest,
 // ByName and StandardAttributes answer from an index made at the first of
@@ -273,14 +278,29 @@ func (t *Topology) note(format string, args ...any) {
 	t.Notes = append(t.Notes, fmt.Sprintf(format, args...))
 }
 
-// Lookup returns the device at a PCI address, or nil.
-func (t *Topology) Lookup(a pcie.Address) *Device { return t.byPCI[a] }
+// Lookup returns the device at a PCI address, or nil (a nil topology
+// holds none).
+func (t *Topology) Lookup(a pcie.Address) *Device {
+	if t == nil {
+		return nil
+	}
+	return t.byPCI[a]
+}
 
-// ByName returns the device with the given name, or nil.
-func (t *Topology) ByName(name string) *Device { return t.ix().byName[name] }
+// ByName returns the device with the given name, or nil when there is none
+// (a name of another machine: GPU9 of an 8-GPU one).
+func (t *Topology) ByName(name string) *Device {
+	if t == nil {
+		return nil
+	}
+	return t.ix().byName[name]
+}
 
 // Of returns the devices of one kind, in order.
 func (t *Topology) Of(k Kind) []*Device {
+	if t == nil {
+		return nil
+	}
 	var out []*Device
 	for _, d := range t.Devices {
 		if d.Kind == k {
@@ -292,6 +312,9 @@ func (t *Topology) Of(k Kind) []*Device {
 
 // Accelerators returns the GPUs and Neuron devices.
 func (t *Topology) Accelerators() []*Device {
+	if t == nil {
+		return nil
+	}
 	var out []*Device
 	for _, d := range t.Devices {
 		if d.IsAccelerator() {

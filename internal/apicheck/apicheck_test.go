@@ -36,8 +36,10 @@ func TestAPI(t *testing.T) {
 		}
 		want, err := os.ReadFile(file(pkg))
 		require.NoError(t, err, "run go test ./internal/apicheck -update")
-		assert.Equal(t, strings.Split(string(want), "\n"), strings.Split(got, "\n"),
-			"%s: the exported API changed; if on purpose, run go test ./internal/apicheck -update and say so in CHANGELOG.md", pkg)
+		if string(want) != got {
+			t.Errorf("%s: the exported API changed; if on purpose, run go test ./internal/apicheck -update and say so in CHANGELOG.md:\n%s",
+				pkg, lineDiff(strings.Split(string(want), "\n"), lines))
+		}
 	}
 	t.Logf("%d exported names in %d packages", total, len(Packages))
 }
@@ -74,4 +76,30 @@ func TestEveryPublicPackage(t *testing.T) {
 		got = append(got, p)
 	}
 	assert.ElementsMatch(t, Packages, got)
+}
+
+// lineDiff lists the lines only in want ("- ") and only in got ("+ ").
+func lineDiff(want, got []string) string {
+	in := func(l []string) map[string]bool {
+		m := map[string]bool{}
+		for _, x := range l {
+			if x != "" {
+				m[x] = true
+			}
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var out []string
+	for _, x := range want {
+		if x != "" && !g[x] {
+			out = append(out, "- "+x)
+		}
+	}
+	for _, x := range got {
+		if !w[x] {
+			out = append(out, "+ "+x)
+		}
+	}
+	return strings.Join(out, "\n")
 }

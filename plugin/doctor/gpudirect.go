@@ -70,7 +70,7 @@ func methods(pairs []gpudirect.Pair) string {
 	seen := map[gpudirect.Method]bool{}
 	var out []string
 	for _, p := range pairs {
-		for _, m := range p.Ready() {
+		for _, m := range p.ReadyBy() {
 			if !seen[m] {
 				seen[m] = true
 				out = append(out, string(m))

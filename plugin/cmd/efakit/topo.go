@@ -324,7 +324,7 @@ func printGPUDirect(w io.Writer, v topoView) {
 	fmt.Fprintln(tw, "  GPU\tEFA\tLINK\tSTATUS\tREADY BY")
 	for _, p := range v.GPUDirect {
 		by := "-"
-		if r := p.Ready(); len(r) > 0 {
+		if r := p.ReadyBy(); len(r) > 0 {
 			by = fmt.Sprint(r[0])
 			for _, m := range r[1:] {
 				by += ", " + string(m)

@@ -75,7 +75,7 @@ func gpuDirectData(pairs []gpudirect.Pair) []claimstatus.GPUDirectData {
 	var out []claimstatus.GPUDirectData
 	for _, p := range pairs {
 		g := claimstatus.GPUDirectData{GPU: p.GPU.PCI.Address.String(), Link: p.Link.String(), Status: p.Status.String()}
-		for _, m := range p.Ready() {
+		for _, m := range p.ReadyBy() {
 			g.ReadyBy = append(g.ReadyBy, string(m))
 		}
 		for _, x := range p.Paths {
