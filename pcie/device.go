@@ -83,7 +83,7 @@ type Device struct {
 	// where the function has neither file of the pair (it is not PCI
 	// Express: many virtual and root-complex functions) or they were not
 	// read (OptLink).
-	CurrentLink, MaxLink *Link
+	CurrentLink, MaxLink *LinkRate
 	// IOMMUGroup is the number of the group iommu_group links to;
 	// NoIOMMUGroup without the link (no IOMMU), or when it is damaged or
 	// was not read (OptIOMMU).

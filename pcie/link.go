@@ -12,11 +12,11 @@ import (
 	"github.com/efakit/efakit/sysfs"
 )
 
-// Link is a PCIe link as a function's sysfs files give it: current_link_*
+// LinkRate is a PCIe link's rate as a function's sysfs files give it: current_link_*
 // for the link as trained now, max_link_* for what the function can do.
 // The kernel makes these files only for PCI Express functions
 // (pcie_dev_attrs in drivers/pci/pci-sysfs.c).
-type Link struct {
+type LinkRate struct {
 	// Speed is the transfer rate of one lane in GT/s, 16 for "16.0 GT/s
 	// PCIe"; 0 where the kernel says "Unknown" (or "Unknown speed"), or
 	// the file is absent or damaged.
@@ -27,12 +27,12 @@ type Link struct {
 	Width int
 }
 
-// UnknownWidth is a Link's Width when the lane count is unknown.
+// UnknownWidth is a LinkRate's Width when the lane count is unknown.
 const UnknownWidth = -1
 
 // String prints the link as lspci does, "x16 16GT/s"; an unknown half is
 // "x?" or "?GT/s", a link that is down "x0".
-func (l Link) String() string {
+func (l LinkRate) String() string {
 	w, s := "x?", "?GT/s"
 	if l.Width >= 0 {
 		w = "x" + strconv.Itoa(l.Width)
@@ -45,7 +45,7 @@ func (l Link) String() string {
 
 // Below reports whether the link runs slower or narrower than max, judged
 // on the halves both know.
-func (l Link) Below(max Link) bool {
+func (l LinkRate) Below(max LinkRate) bool {
 	return l.Speed > 0 && max.Speed > 0 && l.Speed < max.Speed ||
 		l.Width >= 0 && max.Width > 0 && l.Width < max.Width
 }
@@ -200,9 +200,9 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 		// a damaged file leaves its half 0, with the error.
 		for _, l := range []struct {
 			prefix string
-			dst    **Link
+			dst    **LinkRate
 		}{{"current", &d.CurrentLink}, {"max", &d.MaxLink}} {
-			link := Link{Width: UnknownWidth}
+			link := LinkRate{Width: UnknownWidth}
 			found := optional(l.prefix+"_link_speed", func(s string) error {
 				v, err := ParseLinkSpeed(s)
 				link.Speed = v

@@ -64,29 +64,29 @@ func TestParseIOMMUGroup(t *testing.T) {
 
 func TestLinkBelowAndString(t *testing.T) {
 	t.Parallel()
-	max := pcie.Link{Speed: 16, Width: 16}
+	max := pcie.LinkRate{Speed: 16, Width: 16}
 	for _, tc := range []struct {
-		cur   pcie.Link
+		cur   pcie.LinkRate
 		below bool
 		str   string
 	}{
-		{pcie.Link{Speed: 16, Width: 16}, false, "x16 16GT/s"},
-		{pcie.Link{Speed: 8, Width: 16}, true, "x16 8GT/s"},
-		{pcie.Link{Speed: 16, Width: 8}, true, "x8 16GT/s"},
-		{pcie.Link{Speed: 2.5, Width: 0}, true, "x0 2.5GT/s"},                // down
-		{pcie.Link{Speed: 0, Width: pcie.UnknownWidth}, false, "x? ?GT/s"},   // nothing known
-		{pcie.Link{Speed: 0, Width: 16}, false, "x16 ?GT/s"},                 // speed unknown, width at max
-		{pcie.Link{Speed: 16, Width: pcie.UnknownWidth}, false, "x? 16GT/s"}, // width unknown, speed at max
-		{pcie.Link{Speed: 8, Width: pcie.UnknownWidth}, true, "x? 8GT/s"},    // slower, width unknown
-		{pcie.Link{Speed: 32, Width: 16}, false, "x16 32GT/s"},               // faster than max: not below
-		{pcie.Link{Speed: 16, Width: 16}, false, "x16 16GT/s"},               // same
-		{pcie.Link{Speed: 16, Width: 4}, true, "x4 16GT/s"},                  // narrower
-		{pcie.Link{Speed: 5, Width: 16}, true, "x16 5GT/s"},                  // slower
+		{pcie.LinkRate{Speed: 16, Width: 16}, false, "x16 16GT/s"},
+		{pcie.LinkRate{Speed: 8, Width: 16}, true, "x16 8GT/s"},
+		{pcie.LinkRate{Speed: 16, Width: 8}, true, "x8 16GT/s"},
+		{pcie.LinkRate{Speed: 2.5, Width: 0}, true, "x0 2.5GT/s"},                // down
+		{pcie.LinkRate{Speed: 0, Width: pcie.UnknownWidth}, false, "x? ?GT/s"},   // nothing known
+		{pcie.LinkRate{Speed: 0, Width: 16}, false, "x16 ?GT/s"},                 // speed unknown, width at max
+		{pcie.LinkRate{Speed: 16, Width: pcie.UnknownWidth}, false, "x? 16GT/s"}, // width unknown, speed at max
+		{pcie.LinkRate{Speed: 8, Width: pcie.UnknownWidth}, true, "x? 8GT/s"},    // slower, width unknown
+		{pcie.LinkRate{Speed: 32, Width: 16}, false, "x16 32GT/s"},               // faster than max: not below
+		{pcie.LinkRate{Speed: 16, Width: 16}, false, "x16 16GT/s"},               // same
+		{pcie.LinkRate{Speed: 16, Width: 4}, true, "x4 16GT/s"},                  // narrower
+		{pcie.LinkRate{Speed: 5, Width: 16}, true, "x16 5GT/s"},                  // slower
 	} {
 		assert.Equal(t, tc.below, tc.cur.Below(max), "%+v", tc.cur)
 		assert.Equal(t, tc.str, tc.cur.String())
 	}
-	assert.False(t, pcie.Link{Speed: 8, Width: 8}.Below(pcie.Link{Speed: 0, Width: pcie.UnknownWidth}), "an unknown maximum says nothing")
+	assert.False(t, pcie.LinkRate{Speed: 8, Width: 8}.Below(pcie.LinkRate{Speed: 0, Width: pcie.UnknownWidth}), "an unknown maximum says nothing")
 }
 
 // linkTree is two functions: an EFA with all four link files and an
@@ -113,8 +113,8 @@ func TestDiscoverLinkAndIOMMU(t *testing.T) {
 	require.NoError(t, err)
 	e := tree.Lookup(pcie.Address{Bus: 0x10, Device: 0x1b})
 	require.NotNil(t, e)
-	assert.Equal(t, &pcie.Link{Speed: 8, Width: 8}, e.CurrentLink)
-	assert.Equal(t, &pcie.Link{Speed: 16, Width: 16}, e.MaxLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 8, Width: 8}, e.CurrentLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 16, Width: 16}, e.MaxLink)
 	assert.True(t, e.CurrentLink.Below(*e.MaxLink))
 	// fakesys numbers IOMMU groups in the order functions are added.
 	assert.Equal(t, 0, e.IOMMUGroup)
@@ -140,8 +140,8 @@ func TestDiscoverOnlyLeavesLinkUnread(t *testing.T) {
 	assert.Nil(t, e.MaxLink)
 	assert.Equal(t, pcie.NoIOMMUGroup, e.IOMMUGroup)
 	require.NoError(t, pcie.ReadOptional(r, e, pcie.OptLink|pcie.OptIOMMU))
-	assert.Equal(t, &pcie.Link{Speed: 8, Width: 8}, e.CurrentLink)
-	assert.Equal(t, &pcie.Link{Speed: 16, Width: 16}, e.MaxLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 8, Width: 8}, e.CurrentLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 16, Width: 16}, e.MaxLink)
 	assert.Equal(t, 0, e.IOMMUGroup)
 	assert.Equal(t, pcie.OptNUMANode|pcie.OptLink|pcie.OptIOMMU, e.Optional)
 	assert.Equal(t, 0, e.NUMANode, "read by the discovery, kept")
@@ -166,8 +166,8 @@ func TestDiscoverDamagedLink(t *testing.T) {
 	assert.Contains(t, msg, `pci 0000:10:1b.0: devices/pci0000:10/0000:10:1b.0/iommu_group: "../../../kernel/groups/3" is not a link to kernel/iommu_groups/<N>`)
 	require.Len(t, tree.Devices, 2, "both functions kept")
 	e := tree.Lookup(pcie.Address{Bus: 0x10, Device: 0x1b})
-	assert.Equal(t, &pcie.Link{Speed: 8, Width: pcie.UnknownWidth}, e.CurrentLink)
-	assert.Equal(t, &pcie.Link{Speed: 0, Width: 16}, e.MaxLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 8, Width: pcie.UnknownWidth}, e.CurrentLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 0, Width: 16}, e.MaxLink)
 	assert.Equal(t, pcie.NoIOMMUGroup, e.IOMMUGroup)
 }
 
@@ -184,8 +184,8 @@ func TestDiscoverLinkDownAndUnknown(t *testing.T) {
 	tree, err := pcie.Discover(r)
 	require.NoError(t, err)
 	e := tree.Lookup(pcie.Address{Bus: 0x10, Device: 0x1b})
-	assert.Equal(t, &pcie.Link{Speed: 0, Width: 0}, e.CurrentLink)
-	assert.Equal(t, &pcie.Link{Speed: 0, Width: pcie.UnknownWidth}, e.MaxLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 0, Width: 0}, e.CurrentLink)
+	assert.Equal(t, &pcie.LinkRate{Speed: 0, Width: pcie.UnknownWidth}, e.MaxLink)
 }
 
 func FuzzParseLinkSpeed(f *testing.F) {

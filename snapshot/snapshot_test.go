@@ -44,7 +44,7 @@ func scan(t *testing.T, fsys fs.ReadLinkFS) ([]view, int) {
 	return out, len(tree.Devices)
 }
 
-func linkText(l *pcie.Link) string {
+func linkText(l *pcie.LinkRate) string {
 	if l == nil {
 		return "none"
 	}

@@ -32,7 +32,7 @@ var covered = []string{
 	"topology (*Device) IsAccelerator", "topology (*Device) NUMANode",
 	"topology (Kind) String", "topology (Kind) MarshalText", "topology (Link) String", "topology (Link) MarshalText",
 	"pcie (*Tree) Lookup", "pcie (Address) String", "pcie (Class) String", "pcie (ACS) String", "pcie (CPUList) String",
-	"pcie (Link) String", "pcie (Link) Below",
+	"pcie (LinkRate) String", "pcie (LinkRate) Below",
 	"host (*Info) Node", "host (*Info) Distance",
 	"neuron (*Table) EFAGroups", "neuron (*Table) GroupID", "neuron (*Table) IndexOf", "neuron (*Table) Indexes",
 	"neuron (*Table) NeuronGroups", "neuron (*Table) NeuronsOf",
@@ -136,8 +136,8 @@ func FuzzAnswersNeverPanic(f *testing.F) {
 		_, _, _ = c.String(), c.Base(), c.Sub()
 		acs := pcie.ACS{Capability: uint16(bits), Control: uint16(bits >> 16)}
 		_, _ = acs.String(), acs.Redirects()
-		pl := pcie.Link{Speed: float64(n), Width: m}
-		_, _ = pl.String(), pl.Below(pcie.Link{Speed: float64(m), Width: n})
+		pl := pcie.LinkRate{Speed: float64(n), Width: m}
+		_, _ = pl.String(), pl.Below(pcie.LinkRate{Speed: float64(m), Width: n})
 		cpus := pcie.CPUList{n, m}
 		_ = cpus.String()
 		_, _ = cpus.MarshalText()

@@ -13,7 +13,10 @@ var Allowed = map[string][]string{
 	"pcie":  {"sysfs"},
 	"efa":   {"pcie", "sysfs"},
 	// Health grades from samples of counters and ports: no sysfs of its own.
-	"efa/health":  nil,
+	"efa/health": nil,
+	// The kernel's RDMA namespace mode over netlink, apart: importing efa
+	// or topology does not link netlink.
+	"rdmans":      nil,
 	"host":        {"pcie", "sysfs"},
 	"host/uevent": nil,
 	"neuron":      {"pcie", "sysfs"},
@@ -27,10 +30,10 @@ var Allowed = map[string][]string{
 	// API types alone.
 	"plugin/cdi":                                  {"internal/atomicfile"},
 	"plugin/driver/checkpoint":                    {"internal/atomicfile"},
-	"plugin/driver/resources":                     {"efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
+	"plugin/driver/resources":                     {"internal/pciids", "efa", "efa/health", "host", "neuron", "pcie", "sysfs", "topology"},
 	"plugin/driver/podresources":                  nil,
 	"plugin/driver/podresources/podresourcestest": nil,
-	"plugin/doctor":                               {"plugin/cdi", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
+	"plugin/doctor":                               {"plugin/internal/live", "rdmans", "plugin/cdi", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin's parts, one concern each: operations (metrics,
 	// Events, uevents), publishing and the checks for another owner. None
@@ -47,23 +50,27 @@ var Allowed = map[string][]string{
 	// publishing, the owner check, and the claim state (the one lock a
 	// prepare takes).
 	"plugin/driver/publishing": {"plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/resources", "efa", "host", "plugin/internal/informerwait", "neuron", "pcie", "sysfs", "topology"},
-	"plugin/driver/owners":     {"plugin/driver/events", "plugin/driver/metrics", "plugin/driver/resources", "efa", "plugin/internal/informerwait", "pcie", "sysfs"},
+	"plugin/driver/owners":     {"plugin/internal/live", "rdmans", "plugin/driver/events", "plugin/driver/metrics", "plugin/driver/resources", "efa", "plugin/internal/informerwait", "pcie", "sysfs"},
 	"plugin/driver/claims": {"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics",
 		"plugin/driver/podresources", "plugin/driver/resources", "efa", "efa/health", "gpudirect", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin: an adapter over the parts above.
-	"plugin/driver": {"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claims", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/owners", "plugin/driver/podresources",
+	"plugin/driver": {"plugin/internal/live", "plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claims", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/owners", "plugin/driver/podresources",
 		"plugin/driver/publishing", "plugin/driver/resources", "plugin/driver/uevents", "efa", "efa/health", "gpudirect", "host", "host/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.
-	"plugin/cmd/efakit":        {"plugin/doctor", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
+	"plugin/cmd/efakit":        {"internal/pciids", "plugin/doctor", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
 	"plugin/cmd/efakit-plugin": {"plugin/driver", "plugin/driver/podresources", "plugin/driver/resources", "plugin/driver/uevents", "efa/health"},
 
 	// Tools and test support.
-	"plugin/allocfeatures":         nil,
-	"internal/apicheck":            nil,
+	"plugin/allocfeatures": nil,
+	"internal/apicheck":    nil,
+	// Vendor and device names from pci.ids (jaypipes/pcidb): apart, so
+	// that importing pcie does not link net/http.
+	"internal/pciids":              nil,
 	"internal/atomicfile":          nil,
+	"plugin/internal/live":         {"rdmans"},
 	"plugin/internal/informerwait": nil,
 	"internal/fakesys":             {"pcie", "sysfs"},
 	"internal/gdrcases":            {"internal/fakesys", "pcie"},

@@ -11,7 +11,7 @@
 //
 // Every fact comes through Options: the sysfs root as an fs.FS, /dev, /proc
 // and the other directories as plain paths, the kernel's RDMA namespace mode
-// through an efa.Live, the API through an API. What cannot be
+// through an live.Live, the API through an API. What cannot be
 // faked on disk (opening a device, the process's memlock limit, the
 // environment) has a seam of its own, so that the tests run anywhere.
 package doctor
@@ -29,8 +29,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/api/metadata"
 
-	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/plugin/internal/live"
 )
 
 // Status is the outcome of one check.
@@ -160,8 +160,8 @@ type Options struct {
 	// and dra-driver checks, saying NoClientReason.
 	Client         API
 	NoClientReason string
-	// Live gives the kernel's RDMA namespace mode (efa.Netlink{}).
-	Live efa.Live
+	// Live gives the kernel's RDMA namespace mode (live.Kernel{}).
+	Live live.Live
 	// Open opens a uverbs node read-write and closes it again; an error
 	// means this process cannot use the device (OpenReadWrite).
 	Open func(path string) error
@@ -194,7 +194,7 @@ func (o Options) withDefaults() Options {
 	def(&o.MetadataDir, metadata.ContainerDir)
 	def(&o.DriverName, resources.DefaultDriverName)
 	if o.Live == nil {
-		o.Live = efa.Netlink{}
+		o.Live = live.Kernel{}
 	}
 	if o.Open == nil {
 		o.Open = OpenReadWrite

@@ -34,6 +34,8 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/doctor"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/plugin/internal/live"
+	"github.com/efakit/efakit/rdmans"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -123,7 +125,7 @@ func sceneOf(t *testing.T, capture string, place doctor.Place) *scene {
 		MetadataDir: filepath.Join(dir, "metadata"),
 		DriverName:  drv,
 		Place:       place,
-		Live:        efa.StaticLive{Mode: efa.NetnsShared},
+		Live:        live.Static{Mode: rdmans.Shared},
 		Open:        func(string) error { return nil },
 		Memlock:     memlock(unix.RLIM_INFINITY),
 		Environ:     []string{},
@@ -818,7 +820,7 @@ func TestOtherRDMADevices(t *testing.T) {
 	dir := t.TempDir()
 	s := &scene{t: t, efas: res.EFAs, opts: doctor.Options{
 		Sysfs: root, DevDir: filepath.Join(dir, "dev"), ProcDir: dir, CDIRoot: dir, KubeletDir: dir, MetadataDir: filepath.Join(dir, "metadata"),
-		Place: doctor.InPod, Live: efa.StaticLive{Mode: efa.NetnsShared}, Open: func(string) error { return nil }, Memlock: memlock(unix.RLIM_INFINITY), Environ: []string{},
+		Place: doctor.InPod, Live: live.Static{Mode: rdmans.Shared}, Open: func(string) error { return nil }, Memlock: memlock(unix.RLIM_INFINITY), Environ: []string{},
 	}}
 	s.mknod(span(0, len(res.EFAs))...)
 	rep := s.run()
@@ -851,7 +853,7 @@ func TestBadRDMANameReported(t *testing.T) {
 	dir := t.TempDir()
 	s := &scene{t: t, efas: res.EFAs, opts: doctor.Options{
 		Sysfs: root, DevDir: filepath.Join(dir, "dev"), ProcDir: dir, CDIRoot: dir, KubeletDir: dir, MetadataDir: filepath.Join(dir, "metadata"),
-		Place: doctor.InPod, Live: efa.StaticLive{Mode: efa.NetnsShared}, Open: func(string) error { return nil }, Memlock: memlock(unix.RLIM_INFINITY), Environ: []string{},
+		Place: doctor.InPod, Live: live.Static{Mode: rdmans.Shared}, Open: func(string) error { return nil }, Memlock: memlock(unix.RLIM_INFINITY), Environ: []string{},
 	}}
 	s.mknod(span(0, len(res.EFAs))...)
 	rep := s.run()
@@ -923,13 +925,13 @@ func TestKernelAndDevices(t *testing.T) {
 func TestRDMANetns(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		live efa.Live
+		live live.Live
 		want doctor.Status
 		msg  string
 	}{
-		{efa.StaticLive{Mode: efa.NetnsShared}, doctor.Pass, "shared"},
-		{efa.StaticLive{Mode: efa.NetnsExclusive}, doctor.Fail, "exclusive"},
-		{efa.StaticLive{Err: errors.New("rdma netns mode: protocol not supported")}, doctor.Skip, "protocol not supported"},
+		{live.Static{Mode: rdmans.Shared}, doctor.Pass, "shared"},
+		{live.Static{Mode: rdmans.Exclusive}, doctor.Fail, "exclusive"},
+		{live.Static{Err: errors.New("rdma netns mode: protocol not supported")}, doctor.Skip, "protocol not supported"},
 	} {
 		t.Run(tc.msg, func(t *testing.T) {
 			t.Parallel()
@@ -1099,7 +1101,7 @@ func ExampleRun() {
 		KubeletDir:  "/nonexistent/kubelet",
 		MetadataDir: "/nonexistent/metadata",
 		Place:       doctor.OnNode,
-		Live:        efa.StaticLive{Mode: efa.NetnsShared},
+		Live:        live.Static{Mode: rdmans.Shared},
 		Memlock:     func() (unix.Rlimit, error) { return unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil },
 		Environ:     []string{},
 	})

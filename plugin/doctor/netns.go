@@ -3,7 +3,7 @@ package doctor
 import (
 	"fmt"
 
-	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/rdmans"
 )
 
 // rdmaNetns checks the kernel's RDMA namespace mode. In the exclusive mode
@@ -14,7 +14,7 @@ func (f *facts) rdmaNetns() Check {
 	switch {
 	case err != nil:
 		return Check{ID: CheckRDMANetns, Status: Skip, Message: fmt.Sprintf("the kernel's RDMA namespace mode is unknown: %v", err)}
-	case mode == efa.NetnsExclusive:
+	case mode == rdmans.Exclusive:
 		return Check{ID: CheckRDMANetns, Status: Fail,
 			Message: "the kernel's RDMA namespace mode is exclusive: pods do not see their EFAs, and efakit's plugin publishes nothing",
 			Fix:     "rdma system set netns shared"}

@@ -23,11 +23,12 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/podresources/podresourcestest"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/plugin/internal/live"
+	"github.com/efakit/efakit/rdmans"
 )
 
 const (
@@ -47,7 +48,7 @@ type kubeletNode struct {
 	dra     drapb.DRAPluginClient
 	conn    *grpc.ClientConn
 	rescan  chan struct{}
-	live    efa.Live
+	live    live.Live
 	groups  resources.GroupMode
 	// sharing and shares are the plugin's --sharing and --shares.
 	sharing resources.SharingMode
@@ -64,7 +65,7 @@ func newNode(t *testing.T, fixture string, claims ...*resourceapi.ResourceClaim)
 	for _, d := range []string{"reg", "plugins", "cdi", "proc/sys/kernel/random"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
-	n := &kubeletNode{t: t, dir: dir, fixture: fixture, rescan: make(chan struct{}), live: efa.StaticLive{Mode: efa.NetnsShared},
+	n := &kubeletNode{t: t, dir: dir, fixture: fixture, rescan: make(chan struct{}), live: live.Static{Mode: rdmans.Shared},
 		client: fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}}),
 		pods:   podresourcestest.Start(t)}
 	for _, c := range claims {
@@ -143,7 +144,7 @@ func TestKubeletStandsAsideForDevicePlugin(t *testing.T) {
 func TestKubeletExclusiveNetns(t *testing.T) {
 	c := claim("c", "15151515-1515-1515-1515-151515151515", "efa-0000-4f-00-0")
 	n := newNode(t, p5, c)
-	n.live = efa.StaticLive{Mode: efa.NetnsExclusive}
+	n.live = live.Static{Mode: rdmans.Exclusive}
 	n.start()
 	defer n.stop()
 	r := n.prepare(c)[string(c.UID)]

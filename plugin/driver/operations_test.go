@@ -20,13 +20,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/owners"
 	"github.com/efakit/efakit/plugin/driver/publishing"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/rdmans"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -251,7 +251,7 @@ func TestLogNetnsUnknownOnce(t *testing.T) {
 
 type switchLive struct{ err error }
 
-func (s *switchLive) RDMANetnsMode() (efa.NetnsMode, error) { return efa.NetnsShared, s.err }
+func (s *switchLive) RDMANetnsMode() (rdmans.Mode, error) { return rdmans.Shared, s.err }
 
 // TestSliceRepair: a slice of the node deleted by someone else (a
 // restarting kubelet deletes them all) or changed by someone else is

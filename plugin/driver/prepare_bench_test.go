@@ -19,9 +19,10 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/plugin/internal/live"
+	"github.com/efakit/efakit/rdmans"
 )
 
 // prepareCalls is how many prepare and unprepare calls one iteration of
@@ -173,7 +174,7 @@ func servePluginConn(tb testing.TB, cdiDir, dataDir string, sync func(*os.File) 
 		Config: resources.Config{NodeName: node}, KubeClient: client,
 		Paths: driver.Paths{SysfsRoot: p5, ProcRoot: proc, CDIRoot: filepath.Join(cdiDir, "cdi"),
 			RegistrarDir: filepath.Join(dataDir, "reg"), PluginsDir: filepath.Join(dataDir, "plugins")},
-		Ready: ready, Kernel: driver.Kernel{Live: efa.StaticLive{Mode: efa.NetnsShared}, Sync: sync},
+		Ready: ready, Kernel: driver.Kernel{Live: live.Static{Mode: rdmans.Shared}, Sync: sync},
 	}
 	if mod != nil {
 		mod(&opts)

@@ -17,7 +17,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/claims"
@@ -26,6 +25,7 @@ import (
 	"github.com/efakit/efakit/plugin/driver/owners"
 	"github.com/efakit/efakit/plugin/driver/podresources"
 	"github.com/efakit/efakit/plugin/driver/publishing"
+	"github.com/efakit/efakit/plugin/internal/live"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -175,9 +175,9 @@ func (r *run) serve(o ServeOptions) error {
 	// 3. The Plugin, with every hook it has. Its checks for another owner
 	// read the watches step 4 starts (the Node, the node's slices), so
 	// that they cost the API server nothing at each rescan.
-	live := o.Live
-	if live == nil {
-		live = efa.Netlink{}
+	kernel := o.Live
+	if kernel == nil {
+		kernel = live.Kernel{}
 	}
 	nodes := owners.NewNodeWatch(o.KubeClient, o.Config.NodeName)
 	pub := &publishing.Slices{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
@@ -185,7 +185,7 @@ func (r *run) serve(o ServeOptions) error {
 	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, ProcRoot: os.DirFS(o.ProcRoot), CDI: writer,
 		Store: store, BootID: bootID, KubeClient: o.KubeClient, StatusClient: o.statusClient(), Pods: pods, DataDir: dataDir,
 		Hooks: Hooks{Events: recorder, Stop: func(err error) { r.cancel(err) },
-			Precheck: owners.All(owners.Netns(live),
+			Precheck: owners.All(owners.Netns(kernel),
 				owners.Node(nodes, o.AllowDevicePlugin),
 				owners.Publishers(pub.Current, driverName, o.Config.NodeName)),
 			Spawn: r.spawn},

@@ -7,11 +7,10 @@ import (
 	"github.com/efakit/efakit/efa/health"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/plugin/driver/uevents"
+	"github.com/efakit/efakit/plugin/internal/live"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/efakit/efakit/efa"
 )
 
 // ServeOptions are the plugin daemon's settings (cmd/efakit-plugin's flags).
@@ -55,8 +54,8 @@ type Kernel struct {
 	// second. nil for none: the periodic rescans only.
 	Uevents func() (uevents.Source, error)
 	// Live answers what sysfs does not hold: the kernel's RDMA namespace
-	// mode. efa.Netlink{} (the default) asks the kernel.
-	Live efa.Live
+	// mode. live.Kernel{} (the default) asks the kernel.
+	Live live.Live
 	// Sync, when set, is called instead of (*os.File).Sync for each fsync
 	// of the files the plugin and the helper's device metadata write:
 	// tests count them through it.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/efakit/efakit/internal/pciids"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
@@ -223,7 +224,7 @@ func nvidiaGPUs(node string, it *instanceType) []resourceapi.Device {
 	var out []resourceapi.Device
 	for i, g := range it.topo.Of(topology.KindGPU) {
 		s, _ := it.topo.StandardAttributes(g)
-		product := pcie.BuiltinDevice(g.PCI.Vendor, g.PCI.Device)
+		product := pciids.BuiltinDevice(g.PCI.Vendor, g.PCI.Device)
 		arch, mem := "Hopper", "80Gi"
 		switch {
 		case strings.Contains(product, "A100"):

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/pciids"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -65,7 +66,7 @@ type linkEnd struct {
 	Width    *int     `json:"width"` // 0: the link is down
 }
 
-func newLinkEnd(l *pcie.Link) linkEnd {
+func newLinkEnd(l *pcie.LinkRate) linkEnd {
 	var e linkEnd
 	if l == nil {
 		return e
@@ -127,7 +128,7 @@ type portView struct {
 
 // newEFAView is an EFA's view; with names (JSON and YAML, which print
 // them), its vendor and device names too.
-func newEFAView(d *efa.Device, names *pcie.Names) efaView {
+func newEFAView(d *efa.Device, names *pciids.Names) efaView {
 	v := efaView{
 		Name:         d.Name,
 		PCIAddress:   d.PCI.Address.String(),
@@ -196,9 +197,9 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 	scanErr = errors.Join(scanErr, readDetails(sr, topo), verErr)
 	// The table prints no names. JSON and YAML do: the built-in ones, or
 	// the machine's pci.ids where a function's name is not built in.
-	var names *pcie.Names
+	var names *pciids.Names
 	if *out != "table" {
-		names = pcie.LoadNames()
+		names = pciids.LoadNames()
 	}
 	views := make([]efaView, 0)
 	for _, d := range topo.Of(topology.KindEFA) {
@@ -308,7 +309,7 @@ func linkCell(v *linkView) string {
 		return "-"
 	}
 	end := func(e linkEnd) string {
-		var l pcie.Link
+		var l pcie.LinkRate
 		l.Width = pcie.UnknownWidth
 		if e.Width != nil {
 			l.Width = *e.Width

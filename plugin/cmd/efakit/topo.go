@@ -13,8 +13,8 @@ import (
 
 	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/host"
+	"github.com/efakit/efakit/internal/pciids"
 	"github.com/efakit/efakit/neuron"
-	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -97,7 +97,7 @@ func labels(t *topology.Topology) map[*topology.Device]string {
 
 // newTopoView is the topology's view; with names (the JSON), each
 // device's PCI device name too.
-func newTopoView(t *topology.Topology, names *pcie.Names) topoView {
+func newTopoView(t *topology.Topology, names *pciids.Names) topoView {
 	lab := labels(t)
 	v := topoView{Legend: map[string]string{}, Notes: t.Notes, Links: [][]topology.Link{}, Devices: []topoDeviceView{}, NUMANodes: []numaView{}}
 	if v.Notes == nil {
@@ -180,9 +180,9 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	scanErr = errors.Join(scanErr, err)
 	// Only the JSON prints names (the matrix has none), links, IOMMU
 	// groups and the driver's version.
-	var names *pcie.Names
+	var names *pciids.Names
 	if *out == "json" {
-		names = pcie.LoadNames()
+		names = pciids.LoadNames()
 		scanErr = errors.Join(scanErr, readDetails(sr, t))
 	}
 	v := newTopoView(t, names)

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/efakit/efakit/efa"
-	"github.com/efakit/efakit/plugin/driver/resources"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/plugin/internal/live"
+	"github.com/efakit/efakit/rdmans"
 )
 
 // Check says why the plugin must stand aside (an empty Verdict when it
@@ -26,7 +28,7 @@ type Check func(ctx context.Context) (Verdict, error)
 // pod never sees the EFA it was given, and CDI cannot move it. A kernel
 // that cannot say (no RDMA netlink) is not a reason: the shared mode is
 // the kernel's default.
-func Netns(live efa.Live) Check {
+func Netns(live live.Live) Check {
 	var mu sync.Mutex
 	var unknown string // the last error, logged once, not at every scan
 	return func(ctx context.Context) (Verdict, error) {
@@ -44,7 +46,7 @@ func Netns(live efa.Live) Check {
 			klog.FromContext(ctx).Info("RDMA namespace mode known again", "mode", mode)
 			unknown = ""
 		}
-		if mode == efa.NetnsExclusive {
+		if mode == rdmans.Exclusive {
 			return Verdict{Key: "netns", Reason: "the kernel's RDMA namespace mode is exclusive: pods would not see their EFAs; set it to shared (rdma system set netns shared)"}, nil
 		}
 		return Verdict{}, nil

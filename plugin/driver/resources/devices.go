@@ -21,6 +21,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/pciids"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/topology"
 )
@@ -156,7 +157,7 @@ func EFAMetadata(t *topology.Topology, d *topology.Device, cfg Config) (map[reso
 	}
 	std, _ := t.StandardAttributes(d)
 	p := d.PCI
-	vendor := pcie.BuiltinVendor(p.Vendor)
+	vendor := pciids.BuiltinVendor(p.Vendor)
 	if vendor == "" {
 		vendor = fmt.Sprintf("%04x", p.Vendor)
 	}

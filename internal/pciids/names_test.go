@@ -1,4 +1,4 @@
-package pcie_test
+package pciids_test
 
 import (
 	"os"
@@ -8,12 +8,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/internal/pciids"
 )
 
 func TestNamesFromDatabase(t *testing.T) {
 	t.Parallel()
-	n := pcie.LoadNamesFrom("../testdata/pci.ids")
+	n := pciids.LoadNamesFrom("../../testdata/pci.ids")
 	assert.Equal(t, "440FX - 82441FX PMC [Natoma]", n.Device(0x8086, 0x1237), "from the database")
 	assert.Equal(t, "Intel Corporation", n.Vendor(0x8086))
 	assert.Equal(t, "Elastic Fabric Adapter (EFA)", n.Device(0x1d0f, 0xefa1))
@@ -24,17 +24,17 @@ func TestNamesFromDatabase(t *testing.T) {
 
 func TestNamesBuiltIn(t *testing.T) {
 	t.Parallel()
-	var n *pcie.Names // built-in names only
+	var n *pciids.Names // built-in names only
 	assert.Equal(t, "Elastic Fabric Adapter (EFA)", n.Device(0x1d0f, 0xefa0))
 	assert.Equal(t, "Amazon.com, Inc.", n.Vendor(0x1d0f))
 	assert.Equal(t, "GA100 [A100 SXM4 40GB]", n.Device(0x10de, 0x20b0))
 	assert.Equal(t, "", n.Device(0x8086, 0x1237))
 	assert.NoError(t, n.Err())
-	assert.Equal(t, "Amazon.com, Inc.", pcie.BuiltinVendor(0x1d0f))
-	assert.Equal(t, "", pcie.BuiltinVendor(0x8086))
-	assert.Equal(t, "Elastic Fabric Adapter (EFA)", pcie.BuiltinDevice(0x1d0f, 0xefa3))
+	assert.Equal(t, "Amazon.com, Inc.", pciids.BuiltinVendor(0x1d0f))
+	assert.Equal(t, "", pciids.BuiltinVendor(0x8086))
+	assert.Equal(t, "Elastic Fabric Adapter (EFA)", pciids.BuiltinDevice(0x1d0f, 0xefa3))
 
-	missing := pcie.LoadNamesFrom("/nonexistent/pci.ids")
+	missing := pciids.LoadNamesFrom("/nonexistent/pci.ids")
 	assert.NoError(t, missing.Err(), "not read before a name needs it")
 	assert.Equal(t, "", missing.Device(0x8086, 0x1237))
 	assert.ErrorContains(t, missing.Err(), "/nonexistent/pci.ids")
@@ -42,9 +42,9 @@ func TestNamesBuiltIn(t *testing.T) {
 }
 
 func TestLoadNamesEnv(t *testing.T) {
-	t.Setenv("PCIDB_PATH", "../testdata/pci.ids")
+	t.Setenv("PCIDB_PATH", "../../testdata/pci.ids")
 	t.Setenv("PCIDB_ENABLE_NETWORK_FETCH", "1") // must not fetch anyway
-	n := pcie.LoadNames()
+	n := pciids.LoadNames()
 	assert.Equal(t, "440FX - 82441FX PMC [Natoma]", n.Device(0x8086, 0x1237))
 	assert.NoError(t, n.Err())
 }
@@ -57,7 +57,7 @@ func TestLoadNamesEnv(t *testing.T) {
 func TestNamesReadWhenNeeded(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "pci.ids")
-	n := pcie.LoadNamesFrom(path)
+	n := pciids.LoadNamesFrom(path)
 	assert.Equal(t, "Elastic Fabric Adapter (EFA)", n.Device(0x1d0f, 0xefa1))
 	assert.Equal(t, "NVIDIA Corporation", n.Vendor(0x10de))
 	assert.NoError(t, n.Err(), "built-in names read no database")

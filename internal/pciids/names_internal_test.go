@@ -1,4 +1,4 @@
-package pcie
+package pciids
 
 import (
 	"sync"
@@ -15,7 +15,7 @@ import (
 func TestNamesOpenOnce(t *testing.T) {
 	t.Parallel()
 	noFetch := false
-	db, err := pcidb.New(&pcidb.WithOption{EnableNetworkFetch: &noFetch}, pcidb.WithPath("../testdata/pci.ids"))
+	db, err := pcidb.New(&pcidb.WithOption{EnableNetworkFetch: &noFetch}, pcidb.WithPath("../../testdata/pci.ids"))
 	require.NoError(t, err)
 	var opens atomic.Int32
 	n := newNames(func() (*pcidb.DB, error) {
