@@ -67,7 +67,7 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 		s, err := r.ReadString(f)
 		if err == nil {
 			var v uint64
-			if v, err = ParseCounter(s); err == nil {
+			if v, err = parseCounter(s); err == nil {
 				out[e.Name()] = v
 				continue
 			}
@@ -77,8 +77,8 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 	return out, errors.Join(errs...)
 }
 
-// ParseCounter parses a decimal counter value.
-func ParseCounter(s string) (uint64, error) {
+// parseCounter parses a decimal counter value.
+func parseCounter(s string) (uint64, error) {
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
 		return 0, fmt.Errorf("%q is not a counter value", clip(s))
 	}
@@ -109,7 +109,7 @@ func (d *Device) ReadPortLink(fsys fs.ReadLinkFS, port int) (PortLink, error) {
 	var errs []error
 	s, err := r.ReadString(dir + "/state")
 	if err == nil {
-		l.State, err = ParseEnumAttr(s)
+		l.State, err = parseEnumAttr(s)
 	}
 	if err != nil {
 		l.State = ""
@@ -119,7 +119,7 @@ func (d *Device) ReadPortLink(fsys fs.ReadLinkFS, port int) (PortLink, error) {
 	}
 	s, err = r.ReadString(dir + "/rate")
 	if err == nil {
-		l.RateGbps, err = ParseRate(s)
+		l.RateGbps, err = parseRate(s)
 	}
 	if err != nil {
 		l.RateGbps = 0

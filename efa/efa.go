@@ -29,14 +29,14 @@ const PCIDeviceName = "Elastic Fabric Adapter (EFA)"
 // (p4d), 0xefa1 efa1 (p5, trn1), 0xefa2 efa2 (p5en), 0xefa3 efa3.
 type Generation uint16
 
-// IsEFAID reports whether an Amazon device ID is in the EFA range
+// isEFAID reports whether an Amazon device ID is in the EFA range
 // 0xefa0-0xefaf, which holds every generation so far and those to come.
-func IsEFAID(device uint16) bool { return device&0xfff0 == 0xefa0 }
+func isEFAID(device uint16) bool { return device&0xfff0 == 0xefa0 }
 
 // String prints "efa1" for an ID in the EFA range, and the raw ID of a
 // function bound to the efa driver under another ID.
 func (g Generation) String() string {
-	if IsEFAID(uint16(g)) {
+	if isEFAID(uint16(g)) {
 		return fmt.Sprintf("efa%x", uint16(g)&0xf)
 	}
 	return fmt.Sprintf("0x%04x", uint16(g))
@@ -142,7 +142,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // IsEFA reports whether a PCI function is an EFA by its IDs or driver. It
 // is an RDMA device only when the efa driver has made an infiniband child.
 func IsEFA(d *pcie.Device) bool {
-	return d.Vendor == VendorAmazon && IsEFAID(d.Device) || d.Driver == "efa"
+	return d.Vendor == VendorAmazon && isEFAID(d.Device) || d.Driver == "efa"
 }
 
 // isENA reports whether a function is an ENA: Amazon's ENA IDs or the ena
@@ -325,7 +325,7 @@ func readOptional(r *sysfs.Reader, d *Device, want Optional) []error {
 		file := d.PCI.Path + "/gdr"
 		switch s, err := r.ReadString(file); {
 		case err == nil:
-			g, err := ParseGDR(s)
+			g, err := parseGDR(s)
 			if err != nil {
 				fail(file, err)
 			} else {
@@ -340,8 +340,8 @@ func readOptional(r *sysfs.Reader, d *Device, want Optional) []error {
 	return errs
 }
 
-// ParseGDR parses the legacy gdr file: "1" or "0".
-func ParseGDR(s string) (bool, error) {
+// parseGDR parses the legacy gdr file: "1" or "0".
+func parseGDR(s string) (bool, error) {
 	switch s {
 	case "1":
 		return true, nil
@@ -410,7 +410,7 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 	// error.
 	enum := func(dst *string) func(string) error {
 		return func(s string) error {
-			v, err := ParseEnumAttr(s)
+			v, err := parseEnumAttr(s)
 			if err == nil {
 				*dst = v
 			}
@@ -430,7 +430,7 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 		return err
 	})
 	read("rate", func(s string) error {
-		g, err := ParseRate(s)
+		g, err := parseRate(s)
 		if err == nil {
 			p.Rate, p.RateGbps = s, g
 		}
@@ -637,9 +637,9 @@ func eui64GID(mac string) string {
 	return fmt.Sprintf("fe80:0000:0000:0000:%02x%02x:%02xff:fe%02x:%02x%02x", b[0]^2, b[1], b[2], b[3], b[4], b[5])
 }
 
-// ParseEnumAttr parses the "4: ACTIVE" form of port state files into the
+// parseEnumAttr parses the "4: ACTIVE" form of port state files into the
 // name, which must be printable ("7: Phy Test" has a space).
-func ParseEnumAttr(s string) (string, error) {
+func parseEnumAttr(s string) (string, error) {
 	num, name, ok := strings.Cut(s, ": ")
 	if !ok || name == "" || num == "" || strings.TrimLeft(num, "0123456789") != "" || pcie.CheckText(name) != nil {
 		return "", fmt.Errorf("%q is not \"<number>: <NAME>\"", clip(s))
@@ -647,9 +647,9 @@ func ParseEnumAttr(s string) (string, error) {
 	return name, nil
 }
 
-// ParseRate parses a port rate, "100 Gb/sec (4X EDR)" or "2.5 Gb/sec", into
+// parseRate parses a port rate, "100 Gb/sec (4X EDR)" or "2.5 Gb/sec", into
 // Gb/s. The whole text must be printable: it is kept as Port.Rate.
-func ParseRate(s string) (float64, error) {
+func parseRate(s string) (float64, error) {
 	num, rest, ok := strings.Cut(s, " ")
 	if !ok || !strings.HasPrefix(rest, "Gb/sec") || pcie.CheckText(s) != nil {
 		return 0, fmt.Errorf("%q is not \"<number> Gb/sec ...\"", clip(s))

@@ -173,7 +173,7 @@ func (p Pair) Reasons() []string {
 }
 
 // Assess judges each GPU of t with its closest EFAs (topology.Closest),
-// in the GPUs' order, without ACS (ReadACS adds it). It reads what the
+// in the GPUs' order, without ACS (readACS adds it). It reads what the
 // topology's scan leaves out: the IOMMU groups of those GPUs and EFAs and
 // the EFAs' gdr files, into t's devices, so call it before the topology is
 // shared. Read errors are returned joined; the facts they concern count as
@@ -197,14 +197,14 @@ func Assess(r *sysfs.Reader, t *topology.Topology, n Node) ([]Pair, error) {
 	return pairs, errors.Join(errs...)
 }
 
-// ReadACS adds to each pair what the switch ports between its GPU and EFA
+// readACS adds to each pair what the switch ports between its GPU and EFA
 // do with peer-to-peer traffic, from their config space, and makes a ready
 // pair Slow where they redirect it. Each port is read once. Config space
 // is read from the device (a hypervisor trap a word in a virtual machine),
 // so the plugin's periodic scans leave it to efakit topo and doctor. A
 // config file an unprivileged reader cannot see, or one absent from a
 // capture, leaves ACS unknown without an error.
-func ReadACS(r *sysfs.Reader, pairs []Pair) error {
+func readACS(r *sysfs.Reader, pairs []Pair) error {
 	var errs []error
 	cache := map[*pcie.Device]acsRead{}
 	for i := range pairs {
@@ -223,14 +223,14 @@ func ReadACS(r *sysfs.Reader, pairs []Pair) error {
 func judge(t *topology.Topology, g, e *topology.Device, n Node) Pair {
 	p := Pair{GPU: g, EFA: e, Link: topology.PCILink(g.PCI, e.PCI)}
 	driver := nvidiaDriver(g.PCI, n)
-	coherent := Coherent(t, g)
+	grace := coherent(t, g)
 
 	dmabuf := []Finding{driver, kernelDMABuf(n)}
-	if coherent {
+	if grace {
 		dmabuf = append(dmabuf, nvidiaTopology(g.PCI, e.PCI, n))
 	}
 	peer := []Finding{driver, efaPeerMemory(e.EFA, n)}
-	if coherent {
+	if grace {
 		peer = append(peer, Finding{Check: CheckEFAPeerMemory, Status: Blocked, Source: SourceDMABuf,
 			Message: "a Grace (coherent) platform needs dma-buf for GPUDirect: aws-ofi-nccl does not use peer memory there"})
 	}
@@ -247,11 +247,11 @@ func path(m Method, found []Finding) Path {
 	return x
 }
 
-// Coherent reports a GPU joined to its CPU by NVLink-C2C (Grace
+// coherent reports a GPU joined to its CPU by NVLink-C2C (Grace
 // Blackwell), where the NVIDIA driver checks the PCIe topology of a
 // dma-buf importer: an instance of the p6e family, or the HGX GB200's
 // device ID (10de:2941, pci.ids).
-func Coherent(t *topology.Topology, g *topology.Device) bool {
+func coherent(t *topology.Topology, g *topology.Device) bool {
 	if t.Host != nil && strings.HasPrefix(t.Host.InstanceType, "p6e-") {
 		return true
 	}
@@ -282,7 +282,7 @@ func nvidiaDriver(g *pcie.Device, n Node) Finding {
 // region (ib_umem_dmabuf, Linux 5.12).
 func kernelDMABuf(n Node) Finding {
 	f := Finding{Check: CheckKernelDMABuf, Status: Ready, Source: SourceDMABuf}
-	major, minor, ok := KernelVersion(n.KernelRelease)
+	major, minor, ok := kernelVersion(n.KernelRelease)
 	switch {
 	case !ok:
 		f.Status = Unknown
@@ -333,7 +333,7 @@ func nvidiaTopology(g, e *pcie.Device, n Node) Finding {
 		f.Message = where + " share an IOMMU group"
 		return f
 	}
-	branch, ok := DriverBranch(n.NVIDIAVersion)
+	branch, ok := driverBranch(n.NVIDIAVersion)
 	if !ok {
 		f.Status = Unknown
 		f.Message = where + ": the rule depends on the NVIDIA driver's branch, and " + NVIDIAVersionFile + " was not read"
@@ -445,11 +445,11 @@ func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Devi
 
 // Judge is the whole judgement of a root, through one Reader: the node's
 // facts (ReadNode; proc may be nil), each GPU with its closest EFAs
-// (Assess), and the ACS of the switch ports between them (ReadACS).
+// (Assess), and the ACS of the switch ports between them (readACS).
 func Judge(r *sysfs.Reader, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
 	n, nerr := ReadNode(r, proc)
 	pairs, aerr := Assess(r, t, n)
-	return pairs, n, errors.Join(nerr, aerr, ReadACS(r, pairs))
+	return pairs, n, errors.Join(nerr, aerr, readACS(r, pairs))
 }
 
 // Blocker is a finding that keeps pairs from ready, on the first pair it

@@ -73,7 +73,7 @@ func ReadNode(r *sysfs.Reader, proc fs.FS) (Node, error) {
 	}
 	switch b, err := fs.ReadFile(proc, NVIDIAParamsFile); {
 	case err == nil:
-		p, perr := ParseParams(string(b))
+		p, perr := parseParams(string(b))
 		n.NVIDIAParams = p
 		if perr != nil {
 			errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, perr))
@@ -84,7 +84,7 @@ func ReadNode(r *sysfs.Reader, proc fs.FS) (Node, error) {
 	switch b, err := fs.ReadFile(proc, KernelReleaseFile); {
 	case err == nil:
 		s := strings.TrimSpace(string(b))
-		if _, _, ok := KernelVersion(s); ok {
+		if _, _, ok := kernelVersion(s); ok {
 			n.KernelRelease = s
 		} else {
 			errs = append(errs, fmt.Errorf("proc %s: %q is not a kernel release", KernelReleaseFile, pcie.Printable(s)))
@@ -95,15 +95,15 @@ func ReadNode(r *sysfs.Reader, proc fs.FS) (Node, error) {
 	return n, errors.Join(errs...)
 }
 
-// maxParams bounds the parameters ParseParams keeps: the nvidia module
+// maxParams bounds the parameters parseParams keeps: the nvidia module
 // has about 60.
 const maxParams = 1024
 
-// ParseParams parses the nvidia module's params file: one "Name: value"
+// parseParams parses the nvidia module's params file: one "Name: value"
 // a line, the value as printed (a string parameter keeps its quotes). It
 // returns the lines it understood and an error naming the first it did
 // not.
-func ParseParams(s string) (map[string]string, error) {
+func parseParams(s string) (map[string]string, error) {
 	out := map[string]string{}
 	var bad error
 	for i, line := range strings.Split(s, "\n") {
@@ -126,9 +126,9 @@ func ParseParams(s string) (map[string]string, error) {
 	return out, bad
 }
 
-// DriverBranch returns the major number of an NVIDIA driver version, 580
+// driverBranch returns the major number of an NVIDIA driver version, 580
 // of "580.105.08".
-func DriverBranch(version string) (int, bool) {
+func driverBranch(version string) (int, bool) {
 	major, _, _ := strings.Cut(version, ".")
 	n, err := strconv.Atoi(major)
 	if err != nil || n <= 0 || len(major) > 4 {
@@ -137,9 +137,9 @@ func DriverBranch(version string) (int, bool) {
 	return n, true
 }
 
-// KernelVersion returns the major and minor numbers of a kernel release,
+// kernelVersion returns the major and minor numbers of a kernel release,
 // 6 and 1 of "6.1.119-129.201.amzn2023.x86_64".
-func KernelVersion(release string) (major, minor int, ok bool) {
+func kernelVersion(release string) (major, minor int, ok bool) {
 	parts := strings.SplitN(release, ".", 3)
 	if len(parts) < 2 {
 		return 0, 0, false

@@ -167,7 +167,7 @@ func Read(r *sysfs.Reader) (*Info, error) {
 			return err
 		})
 		read(dir+"/distance", func(s string) error {
-			d, err := ParseDistances(s)
+			d, err := parseDistances(s)
 			if err == nil {
 				n.Distances = d
 			}
@@ -177,7 +177,7 @@ func Read(r *sysfs.Reader) (*Info, error) {
 			f := fmt.Sprintf("devices/system/cpu/cpu%d/topology/physical_package_id", n.CPUs[0])
 			switch s, err := r.ReadString(f); {
 			case err == nil:
-				if v, perr := ParseSocket(s); perr == nil {
+				if v, perr := parseSocket(s); perr == nil {
 					n.Socket = v
 				} else {
 					errs = append(errs, &Error{Node: id, File: f, Err: perr})
@@ -193,8 +193,8 @@ func Read(r *sysfs.Reader) (*Info, error) {
 	return info, errors.Join(errs...)
 }
 
-// ParseSocket parses a CPU's physical_package_id, "0".
-func ParseSocket(s string) (int, error) {
+// parseSocket parses a CPU's physical_package_id, "0".
+func parseSocket(s string) (int, error) {
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 {
 		return 0, fmt.Errorf("%q is not a socket number", clip(s))
@@ -202,8 +202,8 @@ func ParseSocket(s string) (int, error) {
 	return v, nil
 }
 
-// ParseDistances parses a node's distance file, "10 32".
-func ParseDistances(s string) ([]int, error) {
+// parseDistances parses a node's distance file, "10 32".
+func parseDistances(s string) ([]int, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 || len(fields) > 1024 {
 		return nil, fmt.Errorf("%q is not a distance row", clip(s))

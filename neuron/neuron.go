@@ -154,7 +154,7 @@ func ReadClassOnly(r *sysfs.Reader, want Optional) ([]ClassDevice, error) {
 		}
 		if want&OptCoreCount != 0 {
 			optional("core_count", func(s string) error {
-				c, err := ParseCoreCount(s)
+				c, err := parseCoreCount(s)
 				if err == nil {
 					d.CoreCount = c
 				}
@@ -163,7 +163,7 @@ func ReadClassOnly(r *sysfs.Reader, want Optional) ([]ClassDevice, error) {
 		}
 		if want&OptConnected != 0 {
 			optional("connected_devices", func(s string) error {
-				c, err := ParseConnected(s)
+				c, err := parseConnected(s)
 				if err == nil {
 					d.Connected = c
 				}
@@ -190,8 +190,8 @@ func ReadClassOnly(r *sysfs.Reader, want Optional) ([]ClassDevice, error) {
 	return out, errors.Join(errs...)
 }
 
-// ParseCoreCount parses core_count: the NeuronCores of one device, "2".
-func ParseCoreCount(s string) (int, error) {
+// parseCoreCount parses core_count: the NeuronCores of one device, "2".
+func parseCoreCount(s string) (int, error) {
 	c, err := strconv.Atoi(s)
 	if err != nil || c < 0 {
 		return 0, fmt.Errorf("%q is not a core count", clip(s))
@@ -206,8 +206,8 @@ func clip(s string) string {
 	return s
 }
 
-// ParseConnected parses connected_devices, "12, 3, 4, 1".
-func ParseConnected(s string) ([]int, error) {
+// parseConnected parses connected_devices, "12, 3, 4, 1".
+func parseConnected(s string) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return []int{}, nil
 	}

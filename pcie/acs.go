@@ -78,12 +78,12 @@ func (a ACS) String() string {
 // ACS among them, are not known.
 var ErrConfigHidden = errors.New("config space past 64 bytes is readable only with CAP_SYS_ADMIN")
 
-// ParseACS finds the ACS capability in a function's config space, as its
+// parseACS finds the ACS capability in a function's config space, as its
 // config file holds it. It returns nil without an error when the space has
 // no extended capabilities (256 bytes: conventional PCI) or none of them is
 // ACS, and ErrConfigHidden for the 64 bytes an unprivileged reader gets.
 // A chain that leaves the space, is not aligned or loops is an error.
-func ParseACS(config []byte) (*ACS, error) {
+func parseACS(config []byte) (*ACS, error) {
 	switch {
 	case len(config) < ConfigSize && len(config) <= ConfigUnprivileged:
 		return nil, ErrConfigHidden
@@ -121,14 +121,14 @@ func ParseACS(config []byte) (*ACS, error) {
 }
 
 // ReadACS reads the ACS capability of d from its config file
-// (d.Path/config), as ParseACS does, with errors that name the function and
+// (d.Path/config), as parseACS does, with errors that name the function and
 // the file: errors.Is(err, ErrConfigHidden) for an unprivileged reader.
 func ReadACS(r *sysfs.Reader, d *Device) (*ACS, error) {
 	file := d.Path + "/config"
 	b, err := r.ReadFile(file)
 	var acs *ACS
 	if err == nil {
-		acs, err = ParseACS(b)
+		acs, err = parseACS(b)
 	}
 	if err != nil {
 		return nil, &DeviceError{Address: d.Address.String(), File: file, Err: sysfs.Cause(err)}

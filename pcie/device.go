@@ -251,7 +251,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *no
 	idsFromUevent := false
 	switch s, err := ue, ueErr; {
 	case err == nil:
-		u, perr := ParseUevent(s)
+		u, perr := parseUevent(s)
 		if perr != nil {
 			return nil, fail(file("uevent"), perr)
 		}
@@ -281,7 +281,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *no
 	}
 	hexInto := func(bits int, dst func(uint64)) func(string) error {
 		return func(s string) error {
-			v, err := ParseHexAttr(s, bits)
+			v, err := parseHexAttr(s, bits)
 			if err == nil {
 				dst(v)
 			}
@@ -302,7 +302,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *no
 			s, err := r.ReadString(file(f.name))
 			if err == nil {
 				var v uint64
-				if v, err = ParseHexAttr(s, f.bits); err == nil {
+				if v, err = parseHexAttr(s, f.bits); err == nil {
 					f.dst(v)
 					continue
 				}
@@ -348,9 +348,9 @@ func isRootComplex(s string) bool {
 	return err1 == nil && err2 == nil
 }
 
-// ParseHexAttr parses a sysfs hex attribute such as "0x1d0f" into a value
+// parseHexAttr parses a sysfs hex attribute such as "0x1d0f" into a value
 // of at most bits bits.
-func ParseHexAttr(s string, bits int) (uint64, error) {
+func parseHexAttr(s string, bits int) (uint64, error) {
 	h, ok := strings.CutPrefix(s, "0x")
 	if !ok {
 		return 0, fmt.Errorf("%q is not a 0x-prefixed hex number", clip(s))
@@ -365,8 +365,8 @@ func ParseHexAttr(s string, bits int) (uint64, error) {
 	return v, nil
 }
 
-// ParseNUMANode parses numa_node: a node number, or -1 for none.
-func ParseNUMANode(s string) (int, error) {
+// parseNUMANode parses numa_node: a node number, or -1 for none.
+func parseNUMANode(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < -1 || n > 1<<16 {
 		return 0, fmt.Errorf("%q is not a NUMA node (-1 or 0-65536)", clip(s))
@@ -393,10 +393,10 @@ type Uevent struct {
 	Complete bool
 }
 
-// ParseUevent parses a PCI function's uevent file, lines of KEY=value as
+// parseUevent parses a PCI function's uevent file, lines of KEY=value as
 // the kernel's pci_uevent writes them (PCI_CLASS=20000, PCI_ID=1D0F:EFA1).
 // Unknown keys are ignored; a known key with a bad value is an error.
-func ParseUevent(s string) (Uevent, error) {
+func parseUevent(s string) (Uevent, error) {
 	var u Uevent
 	seen := 0
 	for _, line := range strings.Split(s, "\n") {

@@ -58,11 +58,11 @@ const NoIOMMUGroup = -1
 // maxLinkSpeed bounds a link speed in GT/s: PCIe 7.0 runs at 128.
 const maxLinkSpeed = 1024
 
-// ParseLinkSpeed parses current_link_speed or max_link_speed: "16.0 GT/s
+// parseLinkSpeed parses current_link_speed or max_link_speed: "16.0 GT/s
 // PCIe" since Linux 5.2 (pci_speed_string in drivers/pci/probe.c), "8 GT/s"
 // before (PCIE_SPEED2STR in drivers/pci/pci.h), into GT/s. "Unknown" and
 // "Unknown speed", what either prints for a speed it cannot name, give 0.
-func ParseLinkSpeed(s string) (float64, error) {
+func parseLinkSpeed(s string) (float64, error) {
 	if s == "Unknown" || s == "Unknown speed" {
 		return 0, nil
 	}
@@ -89,11 +89,11 @@ func isDecimal(s string) bool {
 // max_link_width prints for a function whose Link Capabilities read 0.
 const linkWidthUnknown = 255
 
-// ParseLinkWidth parses current_link_width or max_link_width: a decimal
+// parseLinkWidth parses current_link_width or max_link_width: a decimal
 // lane count (the Link Status or Link Capabilities width field, 0-63), or
 // 255 for unknown, which gives UnknownWidth. A current width of 0 is a
 // link that is down.
-func ParseLinkWidth(s string) (int, error) {
+func parseLinkWidth(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	switch {
 	case err != nil || strings.Trim(s, "0123456789") != "" || len(s) > 3:
@@ -106,9 +106,9 @@ func ParseLinkWidth(s string) (int, error) {
 	return n, nil
 }
 
-// ParseIOMMUGroup parses the target of a function's iommu_group link,
+// parseIOMMUGroup parses the target of a function's iommu_group link,
 // "../../../kernel/iommu_groups/12", into the group number.
-func ParseIOMMUGroup(target string) (int, error) {
+func parseIOMMUGroup(target string) (int, error) {
 	dir, n := path.Split(target)
 	if path.Base(dir) != "iommu_groups" || n == "" || len(n) > 9 || strings.Trim(n, "0123456789") != "" {
 		return 0, fmt.Errorf("%q is not a link to kernel/iommu_groups/<N>", clip(target))
@@ -153,7 +153,7 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 	}
 	if want&OptRevision != 0 {
 		optional("revision", func(s string) error {
-			v, err := ParseHexAttr(s, 8)
+			v, err := parseHexAttr(s, 8)
 			if err == nil {
 				d.Revision = uint8(v)
 			}
@@ -165,7 +165,7 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 	numaKnown := false
 	if want&OptNUMANode != 0 {
 		optional("numa_node", func(s string) error {
-			n, err := ParseNUMANode(s)
+			n, err := parseNUMANode(s)
 			if err == nil {
 				d.NUMANode, numaKnown = n, true
 			}
@@ -204,12 +204,12 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 		}{{"current", &d.CurrentLink}, {"max", &d.MaxLink}} {
 			link := LinkRate{Width: UnknownWidth}
 			found := optional(l.prefix+"_link_speed", func(s string) error {
-				v, err := ParseLinkSpeed(s)
+				v, err := parseLinkSpeed(s)
 				link.Speed = v
 				return err
 			})
 			found = optional(l.prefix+"_link_width", func(s string) error {
-				v, err := ParseLinkWidth(s)
+				v, err := parseLinkWidth(s)
 				link.Width = v // UnknownWidth on error
 				return err
 			}) || found
@@ -224,7 +224,7 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 		t, err := r.ReadLink(file("iommu_group"))
 		if err == nil {
 			var g int
-			if g, err = ParseIOMMUGroup(t); err == nil {
+			if g, err = parseIOMMUGroup(t); err == nil {
 				d.IOMMUGroup = g
 			}
 		}

@@ -109,19 +109,19 @@ type Capture struct {
 	Note string
 }
 
-// ParseCapture reads a capture's entries: DecodeCapture without the note.
+// ParseCapture reads a capture's entries: decodeCapture without the note.
 func ParseCapture(r io.Reader) ([]Entry, error) {
-	c, err := DecodeCapture(r)
+	c, err := decodeCapture(r)
 	if err != nil {
 		return nil, err
 	}
 	return c.Entries, nil
 }
 
-// DecodeCapture reads a capture and checks its end marker. It rejects
+// decodeCapture reads a capture and checks its end marker. It rejects
 // duplicate, invalid, over-long or over-deep paths, a missing or wrong end
 // marker and anything it does not understand, naming the line.
-func DecodeCapture(r io.Reader) (*Capture, error) {
+func decodeCapture(r io.Reader) (*Capture, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxCaptureLine+1) // +1: the newline
 	line := 0

@@ -201,7 +201,7 @@ func OpenCapture(name string) (*Root, error) {
 // ReadCapture parses a capture from r into a MemFS, with the capture's
 // note (MemFS.Note).
 func ReadCapture(r io.Reader) (*MemFS, error) {
-	c, err := DecodeCapture(bufio.NewReader(r))
+	c, err := decodeCapture(bufio.NewReader(r))
 	if err != nil {
 		return nil, err
 	}

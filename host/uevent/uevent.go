@@ -62,9 +62,9 @@ var ErrClosed = errors.New("uevent socket closed")
 // udevPrefix starts the messages udevd sends (to group 2).
 const udevPrefix = "libudev\x00"
 
-// Parse reads one message: "ACTION@DEVPATH\0KEY=VALUE\0...". An error wraps
+// parse reads one message: "ACTION@DEVPATH\0KEY=VALUE\0...". An error wraps
 // ErrMalformed and says what is wrong, quoting the part at fault.
-func Parse(msg []byte) (Event, error) {
+func parse(msg []byte) (Event, error) {
 	if len(msg) == 0 {
 		return Event{}, fmt.Errorf("%w: empty message", ErrMalformed)
 	}
@@ -225,7 +225,7 @@ func (c *Conn) Receive() (Event, error) {
 		if flags&unix.MSG_TRUNC != 0 {
 			return Event{}, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, len(c.buf))
 		}
-		return Parse(c.buf[:n])
+		return parse(c.buf[:n])
 	}
 }
 
