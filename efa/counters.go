@@ -24,7 +24,7 @@ type Counters struct {
 // ReadCounters reads the EFA's counters now. Counters are not read during
 // discovery: they change all the time and cost one file each. Pass the root
 // the device was discovered in.
-func (d *Device) ReadCounters(fsys fs.ReadLinkFS) (*Counters, error) {
+func (d *Device) ReadCounters(fsys fs.FS) (*Counters, error) {
 	r := sysfs.NewReader(fsys)
 	c := &Counters{Ports: make(map[int]map[string]uint64)}
 	var errs []error
@@ -102,7 +102,7 @@ type PortLink struct {
 // read them. A file that is missing or damaged leaves its value unknown,
 // with an error naming the device and the file. Pass the root the device
 // was discovered in.
-func (d *Device) ReadPortLink(fsys fs.ReadLinkFS, port int) (PortLink, error) {
+func (d *Device) ReadPortLink(fsys fs.FS, port int) (PortLink, error) {
 	r := sysfs.NewReader(fsys)
 	dir := fmt.Sprintf("%s/ports/%d", d.IBPath, port)
 	var l PortLink

@@ -182,14 +182,16 @@ const (
 
 // Discover finds the EFAs among the functions of tree. It returns what it
 // could read, and one error per damaged device or file, joined.
-func Discover(r *sysfs.Reader, tree *pcie.Tree) (*Result, error) {
+func Discover(fsys fs.FS, tree *pcie.Tree) (*Result, error) {
+	r := sysfs.NewReader(fsys)
 	return DiscoverOnly(r, tree, OptAll)
 }
 
 // DiscoverOnly is Discover reading, of each EFA's optional attributes,
 // only those in want; the others stay "", and Device.Optional says which
 // were read.
-func DiscoverOnly(r *sysfs.Reader, tree *pcie.Tree, want Optional) (*Result, error) {
+func DiscoverOnly(fsys fs.FS, tree *pcie.Tree, want Optional) (*Result, error) {
+	r := sysfs.NewReader(fsys)
 	res := &Result{}
 	var errs []error
 	enas := enaNetdevs(r, tree, &errs)
@@ -286,7 +288,8 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (
 // ReadOptional reads, of d's optional attributes, those in want that
 // discovery left unread, and adds them to d.Optional: efakit list reads
 // the gdr file of the EFAs it shows after a topology.Scan, which does not.
-func ReadOptional(r *sysfs.Reader, d *Device, want Optional) error {
+func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
+	r := sysfs.NewReader(fsys)
 	errs := readOptional(r, d, want&^d.Optional)
 	d.Optional |= want
 	return errors.Join(errs...)
@@ -362,7 +365,8 @@ const DriverVersionFile = "module/efa/version"
 // error where the file is absent: the in-tree driver, or a version
 // unknown. A file that cannot be read or is not a version is an error
 // naming it, and "".
-func ReadDriverVersion(r *sysfs.Reader) (string, error) {
+func ReadDriverVersion(fsys fs.FS) (string, error) {
+	r := sysfs.NewReader(fsys)
 	s, err := r.ReadString(DriverVersionFile)
 	if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
 		return "", nil
@@ -743,7 +747,7 @@ func clip(s string) string {
 
 // Scan reads the PCI tree and the EFAs of a sysfs root in one pass, with
 // one Reader so that no file is read twice.
-func Scan(fsys fs.ReadLinkFS) (*pcie.Tree, *Result, error) {
+func Scan(fsys fs.FS) (*pcie.Tree, *Result, error) {
 	r := sysfs.NewReader(fsys)
 	tree, perr := pcie.Discover(r)
 	res, eerr := Discover(r, tree)
@@ -762,7 +766,8 @@ type Current struct {
 // reads instead of a whole discovery. The kubelet plugin calls it when it
 // prepares a claim and when it restores one, because an efa or ib_uverbs
 // module reload numbers the uverbs devices anew without a reboot.
-func ReadCurrent(r *sysfs.Reader, addr pcie.Address) (Current, error) {
+func ReadCurrent(fsys fs.FS, addr pcie.Address) (Current, error) {
+	r := sysfs.NewReader(fsys)
 	dir := "bus/pci/devices/" + addr.String()
 	ib := dir + "/infiniband"
 	ents, err := r.ReadDir(ib)

@@ -173,28 +173,67 @@ func (p Pair) Reasons() []string {
 }
 
 // Assess judges each GPU of t with its closest EFAs (topology.Closest),
-// in the GPUs' order, without ACS (readACS adds it). It reads what the
-// topology's scan leaves out: the IOMMU groups of those GPUs and EFAs and
-// the EFAs' gdr files, into t's devices, so call it before the topology is
-// shared. Read errors are returned joined; the facts they concern count as
-// unknown.
-func Assess(r *sysfs.Reader, t *topology.Topology, n Node) ([]Pair, error) {
+// in the GPUs' order, without ACS (Judge and JudgePair add it). It reads
+// what the topology's scan leaves out, the IOMMU groups of those GPUs and
+// EFAs and the EFAs' gdr files, into copies of their devices: t is never
+// written, so several goroutines may judge one topology. Read errors are
+// returned joined; the facts they concern count as unknown.
+func Assess(fsys fs.FS, t *topology.Topology, n Node) ([]Pair, error) {
+	r := sysfs.NewReader(fsys)
 	var errs []error
 	var pairs []Pair
 	for _, g := range t.Of(topology.KindGPU) {
 		if g.PCI == nil {
 			continue
 		}
-		errs = append(errs, pcie.ReadOptional(r, g.PCI, pcie.OptIOMMU))
+		gp := *g.PCI
+		errs = append(errs, pcie.ReadOptional(r, &gp, pcie.OptIOMMU))
 		for _, e := range t.Closest(g) {
-			if e.Kind != topology.KindEFA || e.PCI == nil || e.EFA == nil {
+			p, err := assessPair(r, t, g, &gp, e, n)
+			if err == errNotAPair {
 				continue
 			}
-			errs = append(errs, pcie.ReadOptional(r, e.PCI, pcie.OptIOMMU), efa.ReadOptional(r, e.EFA, efa.OptGDR))
-			pairs = append(pairs, judge(t, g, e, n))
+			errs = append(errs, err)
+			pairs = append(pairs, p)
 		}
 	}
 	return pairs, errors.Join(errs...)
+}
+
+// errNotAPair is a device that is not an EFA with its PCI function.
+var errNotAPair = errors.New("not a GPU and an EFA of the topology")
+
+// assessPair judges g (whose function, with its IOMMU group read, is gp)
+// with the EFA e, reading e's IOMMU group and gdr file into copies.
+func assessPair(r *sysfs.Reader, t *topology.Topology, g *topology.Device, gp *pcie.Device, e *topology.Device, n Node) (Pair, error) {
+	if e == nil || e.Kind != topology.KindEFA || e.PCI == nil || e.EFA == nil {
+		return Pair{}, errNotAPair
+	}
+	ep, ee := *e.PCI, *e.EFA
+	err := errors.Join(pcie.ReadOptional(r, &ep, pcie.OptIOMMU), efa.ReadOptional(r, &ee, efa.OptGDR))
+	return judge(t, g, e, gp, &ep, &ee, n), err
+}
+
+// JudgePair is the whole judgement of one GPU and one EFA of t, any two,
+// not only a GPU's closest: the node's facts (proc may be nil), the
+// pair's paths, and the ACS of the switch ports between them. It fails
+// when gpu is not a GPU of t or efa not an EFA, with their PCI functions.
+func JudgePair(fsys fs.FS, t *topology.Topology, gpu, efa *topology.Device, proc fs.FS) (Pair, error) {
+	if t == nil || gpu == nil || gpu.Kind != topology.KindGPU || gpu.PCI == nil || t.Lookup(gpu.PCI.Address) != gpu ||
+		efa == nil || efa.PCI == nil || t.Lookup(efa.PCI.Address) != efa {
+		return Pair{}, fmt.Errorf("gpudirect: %w", errNotAPair)
+	}
+	r := sysfs.NewReader(fsys)
+	n, nerr := ReadNode(r, proc)
+	gp := *gpu.PCI
+	gerr := pcie.ReadOptional(r, &gp, pcie.OptIOMMU)
+	p, err := assessPair(r, t, gpu, &gp, efa, n)
+	if err == errNotAPair {
+		return Pair{}, fmt.Errorf("gpudirect: %w", err)
+	}
+	pairs := []Pair{p}
+	aerr := readACS(r, pairs)
+	return pairs[0], errors.Join(nerr, gerr, err, aerr)
 }
 
 // readACS adds to each pair what the switch ports between its GPU and EFA
@@ -219,17 +258,18 @@ func readACS(r *sysfs.Reader, pairs []Pair) error {
 	return errors.Join(errs...)
 }
 
-// judge is the pair's paths, without ACS.
-func judge(t *topology.Topology, g, e *topology.Device, n Node) Pair {
+// judge is the pair's paths, without ACS, from g's function gp and e's
+// function ep and EFA ee (copies holding what Assess read).
+func judge(t *topology.Topology, g, e *topology.Device, gp, ep *pcie.Device, ee *efa.Device, n Node) Pair {
 	p := Pair{GPU: g, EFA: e, Link: topology.PCILink(g.PCI, e.PCI)}
-	driver := nvidiaDriver(g.PCI, n)
+	driver := nvidiaDriver(gp, n)
 	grace := coherent(t, g)
 
 	dmabuf := []Finding{driver, kernelDMABuf(n)}
 	if grace {
-		dmabuf = append(dmabuf, nvidiaTopology(g.PCI, e.PCI, n))
+		dmabuf = append(dmabuf, nvidiaTopology(gp, ep, n))
 	}
-	peer := []Finding{driver, efaPeerMemory(e.EFA, n)}
+	peer := []Finding{driver, efaPeerMemory(ee, n)}
 	if grace {
 		peer = append(peer, Finding{Check: CheckEFAPeerMemory, Status: Blocked, Source: SourceDMABuf,
 			Message: "a Grace (coherent) platform needs dma-buf for GPUDirect: aws-ofi-nccl does not use peer memory there"})
@@ -446,7 +486,8 @@ func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Devi
 // Judge is the whole judgement of a root, through one Reader: the node's
 // facts (ReadNode; proc may be nil), each GPU with its closest EFAs
 // (Assess), and the ACS of the switch ports between them (readACS).
-func Judge(r *sysfs.Reader, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
+func Judge(fsys fs.FS, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
+	r := sysfs.NewReader(fsys)
 	n, nerr := ReadNode(r, proc)
 	pairs, aerr := Assess(r, t, n)
 	return pairs, n, errors.Join(nerr, aerr, readACS(r, pairs))

@@ -317,3 +317,97 @@ func TestCases(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgingWritesNothing: Assess, Judge and JudgePair read the IOMMU
+// groups and gdr files the scan left out into their own copies. Two
+// goroutines judging one topology do not race (the race detector is on in
+// make test), and the topology's devices are as the scan left them.
+func TestJudgingWritesNothing(t *testing.T) {
+	t.Parallel()
+	root, err := sysfs.Open(filepath.Join("..", "testdata", "sysfs", "p5.48xlarge.sysfs"))
+	require.NoError(t, err)
+	defer root.Close()
+	proc := os.DirFS(filepath.Join("..", "testdata", "gpudirect", "p5-ready.proc"))
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	type seen struct {
+		iommu  int
+		pciOpt pcie.Optional
+		gdr    *bool
+	}
+	state := func() map[string]seen {
+		out := map[string]seen{}
+		for _, d := range topo.Devices {
+			if d.PCI == nil {
+				continue
+			}
+			s := seen{iommu: d.PCI.IOMMUGroup, pciOpt: d.PCI.Optional}
+			if d.EFA != nil {
+				s.gdr = d.EFA.GDR
+			}
+			out[d.Name] = s
+		}
+		return out
+	}
+	before := state()
+	done := make(chan [2]int)
+	for range 2 {
+		go func() {
+			all, _, err := gpudirect.Judge(root, topo, proc)
+			assert.NoError(t, err)
+			assessed, err := gpudirect.Assess(root, topo, gpudirect.Node{})
+			assert.NoError(t, err)
+			done <- [2]int{len(all), len(assessed)}
+		}()
+	}
+	for range 2 {
+		n := <-done
+		assert.Equal(t, [2]int{32, 32}, n, "each GPU with its four EFAs")
+	}
+	assert.Equal(t, before, state(), "the topology as the scan left it")
+	pairs, _, err := gpudirect.Judge(root, topo, proc)
+	require.NoError(t, err)
+	assert.NotEmpty(t, pairs[0].ReadyBy(), "the copies held the facts: %v", pairs[0].Reasons())
+}
+
+// TestJudgePair judges any GPU with any EFA, the closest or not, as
+// Judge does for the closest; what is not a GPU and an EFA of the
+// topology is an error, never a panic.
+func TestJudgePair(t *testing.T) {
+	t.Parallel()
+	root, err := sysfs.Open(filepath.Join("..", "testdata", "sysfs", "p5.48xlarge.sysfs"))
+	require.NoError(t, err)
+	defer root.Close()
+	proc := os.DirFS(filepath.Join("..", "testdata", "gpudirect", "p5-ready.proc"))
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	all, _, err := gpudirect.Judge(root, topo, proc)
+	require.NoError(t, err)
+	gpu0 := topo.ByName("GPU0")
+	closest := topo.Closest(gpu0)[0]
+	one, err := gpudirect.JudgePair(root, topo, gpu0, closest, proc)
+	require.NoError(t, err)
+	assert.Equal(t, all[0], one, "the closest pair, as Judge judges it")
+
+	far := topo.Closest(topo.ByName("GPU7"))[0]
+	p, err := gpudirect.JudgePair(root, topo, gpu0, far, proc)
+	require.NoError(t, err)
+	assert.Equal(t, topology.LinkSys, p.Link, "GPU0 and an EFA of the other socket")
+	assert.Equal(t, "GPU0", p.GPU.Name)
+	assert.Equal(t, far.Name, p.EFA.Name)
+
+	other, err := topology.Scan(root)
+	require.NoError(t, err)
+	for name, pair := range map[string][2]*topology.Device{
+		"nil GPU":               {nil, closest},
+		"nil EFA":               {gpu0, nil},
+		"an EFA as the GPU":     {closest, far},
+		"a GPU as the EFA":      {gpu0, topo.ByName("GPU1")},
+		"another scan's device": {other.ByName("GPU0"), closest},
+	} {
+		_, err := gpudirect.JudgePair(root, topo, pair[0], pair[1], proc)
+		assert.Error(t, err, name)
+	}
+	_, err = gpudirect.JudgePair(root, nil, gpu0, closest, proc)
+	assert.Error(t, err)
+}

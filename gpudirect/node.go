@@ -51,7 +51,8 @@ type Node struct {
 // from sysfs, the nvidia module's parameters and the kernel release from
 // proc when proc is not nil. A file that is absent leaves its fact
 // unknown; one that cannot be read or parsed does too, with an error.
-func ReadNode(r *sysfs.Reader, proc fs.FS) (Node, error) {
+func ReadNode(fsys fs.FS, proc fs.FS) (Node, error) {
+	r := sysfs.NewReader(fsys)
 	var n Node
 	var errs []error
 	absent := func(err error) bool {

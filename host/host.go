@@ -108,7 +108,8 @@ func (i *Info) Distance(a, b int) int {
 // Read reads the instance type and the NUMA nodes. Missing files are not
 // errors (many machines have no DMI or no NUMA); damaged ones are, and the
 // rest is still read.
-func Read(r *sysfs.Reader) (*Info, error) {
+func Read(fsys fs.FS) (*Info, error) {
+	r := sysfs.NewReader(fsys)
 	info := &Info{}
 	var errs []error
 	switch s, err := r.ReadString(ProductNameFile); {

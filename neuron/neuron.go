@@ -102,14 +102,16 @@ const (
 
 // ReadClass reads the neuron driver's class devices, by index. A machine
 // without the driver has none, and no error.
-func ReadClass(r *sysfs.Reader) ([]ClassDevice, error) {
+func ReadClass(fsys fs.FS) ([]ClassDevice, error) {
+	r := sysfs.NewReader(fsys)
 	return ReadClassOnly(r, OptAll)
 }
 
 // ReadClassOnly is ReadClass reading, of each class device's optional
 // attributes, only those in want; the others stay unknown (0, nil, ""),
 // and ClassDevice.Optional says which were read.
-func ReadClassOnly(r *sysfs.Reader, want Optional) ([]ClassDevice, error) {
+func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
+	r := sysfs.NewReader(fsys)
 	ents, err := r.ReadDir(ClassDir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

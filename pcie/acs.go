@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/efakit/efakit/sysfs"
@@ -123,7 +124,8 @@ func parseACS(config []byte) (*ACS, error) {
 // ReadACS reads the ACS capability of d from its config file
 // (d.Path/config), as parseACS does, with errors that name the function and
 // the file: errors.Is(err, ErrConfigHidden) for an unprivileged reader.
-func ReadACS(r *sysfs.Reader, d *Device) (*ACS, error) {
+func ReadACS(fsys fs.FS, d *Device) (*ACS, error) {
+	r := sysfs.NewReader(fsys)
 	file := d.Path + "/config"
 	b, err := r.ReadFile(file)
 	var acs *ACS

@@ -158,7 +158,8 @@ const (
 // could not: a function whose vendor, device or class cannot be read is
 // left out; one whose optional attributes are damaged is kept, with the
 // damaged field unknown.
-func Discover(r *sysfs.Reader) (*Tree, error) {
+func Discover(fsys fs.FS) (*Tree, error) {
+	r := sysfs.NewReader(fsys)
 	return DiscoverOnly(r, func(*Device) Optional { return OptAll })
 }
 
@@ -168,7 +169,8 @@ func Discover(r *sysfs.Reader) (*Tree, error) {
 // Device.Optional says which were read. Each attribute is a file: on a
 // p5.48xlarge, whose 121 functions include 65 switch ports, reading them
 // only where they are used saves four system calls each.
-func DiscoverOnly(r *sysfs.Reader, want func(*Device) Optional) (*Tree, error) {
+func DiscoverOnly(fsys fs.FS, want func(*Device) Optional) (*Tree, error) {
+	r := sysfs.NewReader(fsys)
 	// Every entry is a link that is followed: read them with the listing.
 	ents, err := r.ReadDirLinks(DevicesDir)
 	if err != nil {

@@ -122,7 +122,8 @@ func parseIOMMUGroup(target string) (int, error) {
 // that discovered with DiscoverOnly and needs more of a few functions:
 // efakit list reads the links and IOMMU groups of the devices it shows.
 // Its errors are DeviceErrors, joined.
-func ReadOptional(r *sysfs.Reader, d *Device, want Optional) error {
+func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
+	r := sysfs.NewReader(fsys)
 	errs := readOptional(r, d, d.Address.String(), want&^d.Optional, nil, &nodeCPUs{})
 	d.Optional |= want
 	return errors.Join(errs...)

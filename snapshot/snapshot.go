@@ -46,7 +46,7 @@ type Result struct {
 // target, written at the link's place in the capture, could lead out of it
 // (sysfs.CheckLink), and a name that is not UTF-8 or holds a control
 // character.
-func Take(fsys fs.ReadLinkFS, opts Options) (*Result, error) {
+func Take(fsys fs.FS, opts Options) (*Result, error) {
 	c := &capturer{r: sysfs.NewReader(fsys), out: make(map[string]sysfs.Entry)}
 	ents, err := c.r.ReadDir(pcie.DevicesDir)
 	if err != nil {

@@ -76,13 +76,24 @@ type Reader struct {
 	buf []byte
 }
 
-// NewReader returns a Reader of fsys.
-func NewReader(fsys fs.ReadLinkFS) *Reader {
+// NewReader returns a Reader of fsys: any fs.FS, such as os.DirFS("/sys"),
+// a Root, a MemFS or an fstest.MapFS. A Reader is itself an fs.ReadLinkFS,
+// and NewReader of a Reader returns that Reader, so that the readers of
+// one pass (pcie, efa, host, neuron) share what it learned. A root that
+// cannot read links (no fs.ReadLinkFS) fails at the first link.
+func NewReader(fsys fs.FS) *Reader {
+	if r, ok := fsys.(*Reader); ok {
+		return r
+	}
 	if root, ok := fsys.(*Root); ok {
 		fsys = root.ReadLinkFS // its optional interfaces, such as noFollowOpener
 	}
+	rl, ok := fsys.(fs.ReadLinkFS)
+	if !ok {
+		rl = noLinkFS{fsys}
+	}
 	return &Reader{
-		fsys: fsys,
+		fsys: rl,
 		kind: make(map[string]fs.FileMode),
 		link: make(map[string]string),
 		real: make(map[string]string),
@@ -93,6 +104,51 @@ func NewReader(fsys fs.ReadLinkFS) *Reader {
 
 // FS returns the file system the Reader reads.
 func (r *Reader) FS() fs.ReadLinkFS { return r.fsys }
+
+// A Reader is an fs.FS with links.
+var _ fs.ReadLinkFS = (*Reader)(nil)
+
+// noLinkFS is an fs.FS without links: it reads no link, and every entry
+// is what fs.Stat says.
+type noLinkFS struct{ fs.FS }
+
+func (n noLinkFS) ReadLink(name string) (string, error) {
+	return "", &fs.PathError{Op: "readlink", Path: name, Err: fmt.Errorf("%w: the root is not an fs.ReadLinkFS", errors.ErrUnsupported)}
+}
+
+func (n noLinkFS) Lstat(name string) (fs.FileInfo, error) { return fs.Stat(n.FS, name) }
+
+// Open opens name, every link on its way resolved inside the root:
+// the Reader as an fs.FS.
+func (r *Reader) Open(name string) (fs.File, error) {
+	p, err := r.Resolve(name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: stripPathError(err)}
+	}
+	f, err := r.fsys.Open(p)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: stripPathError(err)}
+	}
+	return f, nil
+}
+
+// Lstat describes name without following it if it is a link, its parent
+// directories resolved inside the root.
+func (r *Reader) Lstat(name string) (fs.FileInfo, error) {
+	if name == "." {
+		return r.fsys.Lstat(".")
+	}
+	dir, base := path.Split(name)
+	rdir, err := r.Resolve(path.Clean(dir + "."))
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: stripPathError(err)}
+	}
+	fi, err := r.fsys.Lstat(path.Join(rdir, base))
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: stripPathError(err)}
+	}
+	return fi, nil
+}
 
 // Resolve returns the path of name with every symbolic link resolved, all
 // inside the root. The result names the entry itself; when name is a link to

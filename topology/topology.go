@@ -109,7 +109,7 @@ type Topology struct {
 // devices only which exist (the Optional field of pcie.Device, efa.Device
 // and neuron.ClassDevice says what was read). pcie.Discover, efa.Scan and
 // neuron.ReadClass read everything.
-func Scan(fsys fs.ReadLinkFS) (*Topology, error) {
+func Scan(fsys fs.FS) (*Topology, error) {
 	r := sysfs.NewReader(fsys)
 	tree, perr := pcie.DiscoverOnly(r, placedAttrs)
 	res, eerr := efa.DiscoverOnly(r, tree, 0)

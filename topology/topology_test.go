@@ -2,6 +2,9 @@ package topology_test
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -343,4 +346,36 @@ func TestNUMAFromLocalCPUs(t *testing.T) {
 			assert.Equal(t, 1, *std.NUMANode)
 		})
 	}
+}
+
+// onlyOpen is an fs.FS that is nothing more: no links, no ReadDir.
+type onlyOpen struct{ fs.FS }
+
+func (o onlyOpen) Open(name string) (fs.File, error) { return o.FS.Open(name) }
+
+// TestScanAnyFS: every entry point takes an fs.FS. os.DirFS of an
+// unpacked capture gives what the confined root gives; a root that cannot
+// read links, or that is no sysfs at all, is an error, never a panic.
+func TestScanAnyFS(t *testing.T) {
+	t.Parallel()
+	root, err := sysfs.OpenCapture("../testdata/sysfs/p4d.24xlarge.sysfs")
+	require.NoError(t, err)
+	want, err := topology.Scan(root)
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "sys")
+	require.NoError(t, sysfs.WriteDir(dir, root.ReadLinkFS.(*sysfs.MemFS).Entries()))
+	got, err := topology.Scan(os.DirFS(dir))
+	require.NoError(t, err)
+	require.Len(t, got.Devices, len(want.Devices))
+	for i, d := range want.Devices {
+		assert.Equal(t, d.Name, got.Devices[i].Name)
+		assert.Equal(t, names(want.Closest(d)), names(got.Closest(got.Devices[i])), d.Name)
+	}
+
+	topo, err := topology.Scan(onlyOpen{os.DirFS(dir)})
+	require.Error(t, err, "bus/pci/devices holds links")
+	assert.Empty(t, topo.Of(topology.KindEFA))
+	topo, err = topology.Scan(os.DirFS(t.TempDir()))
+	require.Error(t, err, "not a sysfs root")
+	assert.Nil(t, topo.Closest(topo.ByName("GPU3")))
 }
