@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -51,7 +52,7 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil // older drivers have no counters
 		}
-		return nil, &Error{Device: dev, File: dir, Err: sysfs.Cause(err)}
+		return nil, &Error{Device: dev, File: dir, Err: fserr.Cause(err)}
 	}
 	out := make(map[string]uint64, len(ents))
 	var errs []error
@@ -59,7 +60,7 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 		if e.IsDir() {
 			continue
 		}
-		if err := pcie.CheckName(e.Name()); err != nil {
+		if err := names.CheckName(e.Name()); err != nil {
 			errs = append(errs, &Error{Device: dev, File: dir, Err: fmt.Errorf("counter left out: %w", err)})
 			continue
 		}
@@ -72,7 +73,7 @@ func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error)
 				continue
 			}
 		}
-		errs = append(errs, &Error{Device: dev, File: f, Err: sysfs.Cause(err)})
+		errs = append(errs, &Error{Device: dev, File: f, Err: fserr.Cause(err)})
 	}
 	return out, errors.Join(errs...)
 }
@@ -113,7 +114,7 @@ func (d *Device) ReadPortLink(fsys fs.FS, port int) (PortLink, error) {
 	}
 	if err != nil {
 		l.State = ""
-		errs = append(errs, &Error{Device: d.Name, File: dir + "/state", Err: sysfs.Cause(err)})
+		errs = append(errs, &Error{Device: d.Name, File: dir + "/state", Err: fserr.Cause(err)})
 	} else {
 		l.StateOK = true
 	}
@@ -123,7 +124,7 @@ func (d *Device) ReadPortLink(fsys fs.FS, port int) (PortLink, error) {
 	}
 	if err != nil {
 		l.RateGbps = 0
-		errs = append(errs, &Error{Device: d.Name, File: dir + "/rate", Err: sysfs.Cause(err)})
+		errs = append(errs, &Error{Device: d.Name, File: dir + "/rate", Err: fserr.Cause(err)})
 	} else {
 		l.RateOK = true
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
+	namecheck "github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -121,7 +122,7 @@ func FuzzCheckDriverVersion(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if efa.CheckDriverVersion(s) == nil && pcie.CheckName(s) != nil {
+		if efa.CheckDriverVersion(s) == nil && namecheck.CheckName(s) != nil {
 			t.Fatalf("%q accepted but cannot be printed", s)
 		}
 	})

@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -135,7 +137,7 @@ type Error struct {
 // Error prints the device, file and cause, each quoted when it holds what
 // would break the line (a damaged tree's names).
 func (e *Error) Error() string {
-	return fmt.Sprintf("efa %s: %s: %s", pcie.Printable(e.Device), pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+	return fmt.Sprintf("efa %s: %s: %s", names.Printable(e.Device), names.Printable(e.File), names.Printable(e.Err.Error()))
 }
 func (e *Error) Unwrap() error { return e.Err }
 
@@ -206,7 +208,7 @@ func DiscoverOnly(fsys fs.FS, tree *pcie.Tree, want Optional) (*Result, error) {
 			continue
 		}
 		if err != nil {
-			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: sysfs.Cause(err)})
+			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fserr.Cause(err)})
 			continue
 		}
 		if len(ents) != 1 {
@@ -218,7 +220,7 @@ func DiscoverOnly(fsys fs.FS, tree *pcie.Tree, want Optional) (*Result, error) {
 		}
 		// A name that cannot be printed would forge rows of `efakit list`
 		// and be published: the device is left out.
-		if err := pcie.CheckName(ents[0].Name()); err != nil {
+		if err := names.CheckName(ents[0].Name()); err != nil {
 			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("RDMA device left out: %w", err)})
 			continue
 		}
@@ -237,7 +239,7 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (
 	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib, Optional: want}
 	var errs []error
 	fail := func(file string, err error) {
-		errs = append(errs, &Error{Device: name, File: file, Err: sysfs.Cause(err)})
+		errs = append(errs, &Error{Device: name, File: file, Err: fserr.Cause(err)})
 	}
 	// node_guid, sys_image_guid and fw_ver exist for every RDMA device. A
 	// value that does not check stays unknown (""), with the error.
@@ -272,7 +274,7 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (
 	// p2p: efakit list shows it.
 	switch s, err := r.ReadString(pci.Path + "/p2p"); {
 	case err == nil:
-		if err := pcie.CheckText(s); err != nil {
+		if err := names.CheckText(s); err != nil {
 			fail(pci.Path+"/p2p", err)
 		} else {
 			d.P2P = s
@@ -299,7 +301,7 @@ func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
 func readOptional(r *sysfs.Reader, d *Device, want Optional) []error {
 	var errs []error
 	fail := func(file string, err error) {
-		errs = append(errs, &Error{Device: d.Name, File: file, Err: sysfs.Cause(err)})
+		errs = append(errs, &Error{Device: d.Name, File: file, Err: fserr.Cause(err)})
 	}
 	for _, f := range []struct {
 		name  string
@@ -308,7 +310,7 @@ func readOptional(r *sysfs.Reader, d *Device, want Optional) []error {
 		opt   Optional
 	}{
 		{"sys_image_guid", &d.SysImageGUID, checkGUID, OptSysImageGUID},
-		{"fw_ver", &d.FirmwareVer, pcie.CheckText, OptFirmwareVer},
+		{"fw_ver", &d.FirmwareVer, names.CheckText, OptFirmwareVer},
 	} {
 		if want&f.opt == 0 {
 			continue
@@ -375,7 +377,7 @@ func ReadDriverVersion(fsys fs.FS) (string, error) {
 		err = CheckDriverVersion(s)
 	}
 	if err != nil {
-		return "", &Error{Device: "efa module", File: DriverVersionFile, Err: sysfs.Cause(err)}
+		return "", &Error{Device: "efa module", File: DriverVersionFile, Err: fserr.Cause(err)}
 	}
 	return s, nil
 }
@@ -384,7 +386,7 @@ func ReadDriverVersion(fsys fs.FS) (string, error) {
 // a number first ("2.13.0g"), then at most 63 more printable characters
 // with no space.
 func CheckDriverVersion(s string) error {
-	if s == "" || s[0] < '0' || s[0] > '9' || len(s) > 64 || pcie.CheckName(s) != nil {
+	if s == "" || s[0] < '0' || s[0] > '9' || len(s) > 64 || names.CheckName(s) != nil {
 		return fmt.Errorf("%q is not a module version (\"2.13.0g\")", clip(s))
 	}
 	return nil
@@ -393,7 +395,7 @@ func CheckDriverVersion(s string) error {
 func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 	var errs []error
 	fail := func(file string, err error) {
-		errs = append(errs, &Error{Device: dev, File: file, Err: sysfs.Cause(err)})
+		errs = append(errs, &Error{Device: dev, File: file, Err: fserr.Cause(err)})
 	}
 	n, err := strconv.Atoi(path.Base(dir))
 	if err != nil || n < 1 || n > 255 {
@@ -427,7 +429,7 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 	read("state", enum(&p.State))
 	read("phys_state", enum(&p.PhysState))
 	read("link_layer", func(s string) error {
-		err := pcie.CheckName(s)
+		err := names.CheckName(s)
 		if err == nil {
 			p.LinkLayer = s
 		}
@@ -465,7 +467,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 	dir := pci.Path + "/infiniband_verbs"
 	ents, err := r.ReadDir(dir)
 	if err != nil {
-		return nil, &Error{Device: name, File: dir, Err: sysfs.Cause(err)}
+		return nil, &Error{Device: name, File: dir, Err: fserr.Cause(err)}
 	}
 	// The kernel names them uverbs<N>; the name makes the device node's
 	// path, which a container is given. Other names are left out, and
@@ -475,7 +477,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 	for i, e := range ents {
 		err := checkUverbsName(e.Name())
 		ok[i] = err == nil
-		if err != nil && (strings.HasPrefix(e.Name(), "uverbs") || pcie.CheckName(e.Name()) != nil) {
+		if err != nil && (strings.HasPrefix(e.Name(), "uverbs") || names.CheckName(e.Name()) != nil) {
 			bad = append(bad, &Error{Device: name, File: dir, Err: fmt.Errorf("uverbs device left out: %w", err)})
 		}
 	}
@@ -487,7 +489,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 		vd := dir + "/" + e.Name()
 		ibdev, err := r.ReadString(vd + "/ibdev")
 		if err != nil {
-			errs = append(errs, &Error{Device: name, File: vd + "/ibdev", Err: sysfs.Cause(err)})
+			errs = append(errs, &Error{Device: name, File: vd + "/ibdev", Err: fserr.Cause(err)})
 			continue
 		}
 		if ibdev != name {
@@ -502,7 +504,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 				return &v, errors.Join(bad...)
 			}
 		}
-		return nil, errors.Join(append(bad, &Error{Device: name, File: vd + "/dev", Err: sysfs.Cause(err)})...)
+		return nil, errors.Join(append(bad, &Error{Device: name, File: vd + "/dev", Err: fserr.Cause(err)})...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -520,12 +522,12 @@ func enaNetdevs(r *sysfs.Reader, tree *pcie.Tree, errs *[]error) []netdev {
 		ents, err := r.ReadDir(d.Path + "/net")
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: sysfs.Cause(err)})
+				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: fserr.Cause(err)})
 			}
 			continue
 		}
 		for _, e := range ents {
-			if err := pcie.CheckName(e.Name()); err != nil {
+			if err := names.CheckName(e.Name()); err != nil {
 				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: fmt.Errorf("network interface left out: %w", err)})
 				continue
 			}
@@ -538,7 +540,7 @@ func enaNetdevs(r *sysfs.Reader, tree *pcie.Tree, errs *[]error) []netdev {
 				_, err = parseMAC(mac)
 			}
 			if err != nil {
-				*errs = append(*errs, &Error{Device: d.Address.String(), File: f, Err: sysfs.Cause(err)})
+				*errs = append(*errs, &Error{Device: d.Address.String(), File: f, Err: fserr.Cause(err)})
 			} else {
 				nd.mac = mac
 			}
@@ -645,7 +647,7 @@ func eui64GID(mac string) string {
 // name, which must be printable ("7: Phy Test" has a space).
 func parseEnumAttr(s string) (string, error) {
 	num, name, ok := strings.Cut(s, ": ")
-	if !ok || name == "" || num == "" || strings.TrimLeft(num, "0123456789") != "" || pcie.CheckText(name) != nil {
+	if !ok || name == "" || num == "" || strings.TrimLeft(num, "0123456789") != "" || names.CheckText(name) != nil {
 		return "", fmt.Errorf("%q is not \"<number>: <NAME>\"", clip(s))
 	}
 	return name, nil
@@ -655,7 +657,7 @@ func parseEnumAttr(s string) (string, error) {
 // Gb/s. The whole text must be printable: it is kept as Port.Rate.
 func parseRate(s string) (float64, error) {
 	num, rest, ok := strings.Cut(s, " ")
-	if !ok || !strings.HasPrefix(rest, "Gb/sec") || pcie.CheckText(s) != nil {
+	if !ok || !strings.HasPrefix(rest, "Gb/sec") || names.CheckText(s) != nil {
 		return 0, fmt.Errorf("%q is not \"<number> Gb/sec ...\"", clip(s))
 	}
 	v, err := strconv.ParseFloat(num, 64)
@@ -730,7 +732,7 @@ func hexGroups(s string, n, width int) bool {
 func checkUverbsName(s string) error {
 	n, ok := strings.CutPrefix(s, "uverbs")
 	if !ok || n == "" || len(n) > 7 || strings.TrimLeft(n, "0123456789") != "" {
-		if err := pcie.CheckName(s); err != nil {
+		if err := names.CheckName(s); err != nil {
 			return err
 		}
 		return fmt.Errorf("%q is not uverbs<N>", clip(s))
@@ -772,13 +774,13 @@ func ReadCurrent(fsys fs.FS, addr pcie.Address) (Current, error) {
 	ib := dir + "/infiniband"
 	ents, err := r.ReadDir(ib)
 	if err != nil {
-		return Current{}, &Error{Device: addr.String(), File: ib, Err: sysfs.Cause(err)}
+		return Current{}, &Error{Device: addr.String(), File: ib, Err: fserr.Cause(err)}
 	}
 	if len(ents) != 1 {
 		return Current{}, &Error{Device: addr.String(), File: ib, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))}
 	}
 	name := ents[0].Name()
-	if err := pcie.CheckName(name); err != nil {
+	if err := names.CheckName(name); err != nil {
 		return Current{}, &Error{Device: addr.String(), File: ib, Err: fmt.Errorf("RDMA device left out: %w", err)}
 	}
 	// Entries left out beside the device found were reported by the

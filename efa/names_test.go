@@ -13,6 +13,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
+	namecheck "github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -98,7 +99,7 @@ func TestBadNamesLeftOut(t *testing.T) {
 					tc.check(t, m)
 				}
 				for _, d := range topo.Devices {
-					assert.NoError(t, pcie.CheckName(d.Name), where)
+					assert.NoError(t, namecheck.CheckName(d.Name), where)
 				}
 				// driver/resources' TestBadNamesNeverPublished: nor in what
 				// the plugin publishes.

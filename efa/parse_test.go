@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/efakit/efakit/pcie"
+	namecheck "github.com/efakit/efakit/internal/names"
 )
 
 func TestParseEnumAttr(t *testing.T) {
@@ -117,7 +117,7 @@ func FuzzCheckGID(f *testing.F) {
 	f.Add("fe80:0000:0000:0000:14b0:33ff:fef8:77cd")
 	f.Add("fe80::1")
 	f.Fuzz(func(t *testing.T, s string) {
-		if checkGID(s) == nil && (len(s) != 39 || pcie.CheckName(s) != nil) {
+		if checkGID(s) == nil && (len(s) != 39 || namecheck.CheckName(s) != nil) {
 			t.Fatalf("%q accepted", s)
 		}
 	})
@@ -127,7 +127,7 @@ func FuzzCheckUverbsName(f *testing.F) {
 	f.Add("uverbs0")
 	f.Add("uverbs1\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		if checkUverbsName(s) == nil && pcie.CheckName(s) != nil {
+		if checkUverbsName(s) == nil && namecheck.CheckName(s) != nil {
 			t.Fatalf("%q accepted", s)
 		}
 	})
@@ -139,7 +139,7 @@ func FuzzParseEnumAttr(f *testing.F) {
 	f.Add("x")
 	f.Add("4: ACT\nIVE")
 	f.Fuzz(func(t *testing.T, s string) {
-		if v, err := ParseEnumAttr(s); err == nil && (v == "" || pcie.CheckText(v) != nil) {
+		if v, err := ParseEnumAttr(s); err == nil && (v == "" || namecheck.CheckText(v) != nil) {
 			t.Fatalf("%q -> %q", s, v)
 		}
 	})
@@ -151,7 +151,7 @@ func FuzzParseRate(f *testing.F) {
 	f.Add("100 Gb/sec (4X\tEDR)")
 	f.Fuzz(func(t *testing.T, s string) {
 		v, err := ParseRate(s)
-		if err == nil && (v < 0 || v != v || pcie.CheckText(s) != nil) {
+		if err == nil && (v < 0 || v != v || namecheck.CheckText(s) != nil) {
 			t.Fatalf("%q -> %v", s, v)
 		}
 	})

@@ -24,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -400,7 +401,7 @@ func nvidiaTopology(g, e *pcie.Device, n Node) Finding {
 		f.Message = fmt.Sprintf("%s are in different IOMMU groups and driver %s lacks %s=1: the dma-buf attach fails with \"topology not supported for mapping type FORCE_PCIE\"; load nvidia with NVreg_%s=1", where, n.NVIDIAVersion, TopoCheckOverride, TopoCheckOverride)
 	default:
 		f.Status = Unknown
-		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: %s, a value whose meaning is not known", where, n.NVIDIAVersion, TopoCheckOverride, pcie.Printable(clip(v)))
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: %s, a value whose meaning is not known", where, n.NVIDIAVersion, TopoCheckOverride, names.Printable(clip(v)))
 	}
 	return f
 }

@@ -8,7 +8,8 @@ import (
 	"strings"
 
 	"github.com/efakit/efakit/efa"
-	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -64,7 +65,7 @@ func ReadNode(fsys fs.FS, proc fs.FS) (Node, error) {
 	case err == nil:
 		errs = append(errs, fmt.Errorf("%s: %w", NVIDIAVersionFile, efa.CheckDriverVersion(s)))
 	case !absent(err):
-		errs = append(errs, fmt.Errorf("%s: %w", NVIDIAVersionFile, sysfs.Cause(err)))
+		errs = append(errs, fmt.Errorf("%s: %w", NVIDIAVersionFile, fserr.Cause(err)))
 	}
 	v, err := efa.ReadDriverVersion(r)
 	n.EFADriverVersion = v
@@ -80,7 +81,7 @@ func ReadNode(fsys fs.FS, proc fs.FS) (Node, error) {
 			errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, perr))
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, sysfs.Cause(err)))
+		errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, fserr.Cause(err)))
 	}
 	switch b, err := fs.ReadFile(proc, KernelReleaseFile); {
 	case err == nil:
@@ -88,10 +89,10 @@ func ReadNode(fsys fs.FS, proc fs.FS) (Node, error) {
 		if _, _, ok := kernelVersion(s); ok {
 			n.KernelRelease = s
 		} else {
-			errs = append(errs, fmt.Errorf("proc %s: %q is not a kernel release", KernelReleaseFile, pcie.Printable(s)))
+			errs = append(errs, fmt.Errorf("proc %s: %q is not a kernel release", KernelReleaseFile, names.Printable(s)))
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		errs = append(errs, fmt.Errorf("proc %s: %w", KernelReleaseFile, sysfs.Cause(err)))
+		errs = append(errs, fmt.Errorf("proc %s: %w", KernelReleaseFile, fserr.Cause(err)))
 	}
 	return n, errors.Join(errs...)
 }
@@ -113,9 +114,9 @@ func parseParams(s string) (map[string]string, error) {
 		}
 		name, value, ok := strings.Cut(line, ":")
 		name = strings.TrimSpace(name)
-		if !ok || name == "" || strings.ContainsAny(name, " \t") || pcie.CheckText(name) != nil {
+		if !ok || name == "" || strings.ContainsAny(name, " \t") || names.CheckText(name) != nil {
 			if bad == nil {
-				bad = fmt.Errorf("line %d, %q: not \"Name: value\"", i+1, pcie.Printable(clip(line)))
+				bad = fmt.Errorf("line %d, %q: not \"Name: value\"", i+1, names.Printable(clip(line)))
 			}
 			continue
 		}

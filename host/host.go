@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -56,9 +58,9 @@ type Error struct {
 // would break the line.
 func (e *Error) Error() string {
 	if e.Node < 0 {
-		return fmt.Sprintf("host: %s: %s", pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+		return fmt.Sprintf("host: %s: %s", names.Printable(e.File), names.Printable(e.Err.Error()))
 	}
-	return fmt.Sprintf("host: node %d: %s: %s", e.Node, pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+	return fmt.Sprintf("host: node %d: %s: %s", e.Node, names.Printable(e.File), names.Printable(e.Err.Error()))
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -116,20 +118,20 @@ func Read(fsys fs.FS) (*Info, error) {
 	case err == nil:
 		// Printed by `efakit topo` and matched against the Neuron tables:
 		// text that cannot be printed stays unknown.
-		if err := pcie.CheckText(s); err != nil {
+		if err := names.CheckText(s); err != nil {
 			errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: err})
 		} else {
 			info.InstanceType = s
 		}
 	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 	default:
-		errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: sysfs.Cause(err)})
+		errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: fserr.Cause(err)})
 	}
 
 	ents, err := r.ReadDir(NodeDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, &Error{Node: -1, File: NodeDir, Err: sysfs.Cause(err)})
+			errs = append(errs, &Error{Node: -1, File: NodeDir, Err: fserr.Cause(err)})
 		}
 		return info, errors.Join(errs...)
 	}
@@ -138,7 +140,7 @@ func Read(fsys fs.FS) (*Info, error) {
 		if err == nil && !ok {
 			// Not a node (online, possible...); a name that cannot be
 			// printed is reported, never printed raw.
-			err = pcie.CheckName(e.Name())
+			err = names.CheckName(e.Name())
 		}
 		if err != nil {
 			errs = append(errs, &Error{Node: -1, File: NodeDir, Err: fmt.Errorf("node left out: %w", err)})
@@ -157,7 +159,7 @@ func Read(fsys fs.FS) (*Info, error) {
 				err = parse(s)
 			}
 			if err != nil {
-				errs = append(errs, &Error{Node: id, File: f, Err: sysfs.Cause(err)})
+				errs = append(errs, &Error{Node: id, File: f, Err: fserr.Cause(err)})
 			}
 		}
 		read(dir+"/cpulist", func(s string) error {
@@ -185,7 +187,7 @@ func Read(fsys fs.FS) (*Info, error) {
 				}
 			case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 			default:
-				errs = append(errs, &Error{Node: id, File: f, Err: sysfs.Cause(err)})
+				errs = append(errs, &Error{Node: id, File: f, Err: fserr.Cause(err)})
 			}
 		}
 		info.NUMANodes = append(info.NUMANodes, n)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -71,9 +73,9 @@ type Error struct {
 func (e *Error) Error() string {
 	dev := "neuron"
 	if e.Device != "" {
-		dev = pcie.Printable(e.Device)
+		dev = names.Printable(e.Device)
 	}
-	return fmt.Sprintf("%s: %s: %s", dev, pcie.Printable(e.File), pcie.Printable(e.Err.Error()))
+	return fmt.Sprintf("%s: %s: %s", dev, names.Printable(e.File), names.Printable(e.Err.Error()))
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -117,7 +119,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, &Error{File: ClassDir, Err: sysfs.Cause(err)}
+		return nil, &Error{File: ClassDir, Err: fserr.Cause(err)}
 	}
 	var out []ClassDevice
 	var errs []error
@@ -126,7 +128,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 		if !ok {
 			// Not neuron<N>: a name that looks like one, or that cannot
 			// be printed, is reported (quoted), never printed raw.
-			err := pcie.CheckName(e.Name())
+			err := names.CheckName(e.Name())
 			if err == nil && strings.HasPrefix(e.Name(), "neuron") {
 				err = fmt.Errorf("%q is not neuron<N> with N of 0-1023", clip(e.Name()))
 			}
@@ -138,7 +140,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 		dir := ClassDir + "/" + e.Name()
 		d := ClassDevice{Index: n, Optional: want}
 		fail := func(f string, err error) {
-			errs = append(errs, &Error{Device: e.Name(), File: dir + "/" + f, Err: sysfs.Cause(err)})
+			errs = append(errs, &Error{Device: e.Name(), File: dir + "/" + f, Err: fserr.Cause(err)})
 		}
 		// A value that does not parse, or text that cannot be printed,
 		// stays unknown (0, nil, ""), with the error.
@@ -174,7 +176,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 		}
 		text := func(dst *string) func(string) error {
 			return func(s string) error {
-				err := pcie.CheckText(s)
+				err := names.CheckText(s)
 				if err == nil {
 					*dst = s
 				}

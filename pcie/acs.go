@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -133,7 +134,7 @@ func ReadACS(fsys fs.FS, d *Device) (*ACS, error) {
 		acs, err = parseACS(b)
 	}
 	if err != nil {
-		return nil, &DeviceError{Address: d.Address.String(), File: file, Err: sysfs.Cause(err)}
+		return nil, &DeviceError{Address: d.Address.String(), File: file, Err: fserr.Cause(err)}
 	}
 	return acs, nil
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -134,7 +136,7 @@ type DeviceError struct {
 // Error prints the address, file and cause, each quoted when it holds
 // what would break the line (a damaged tree's names).
 func (e *DeviceError) Error() string {
-	return fmt.Sprintf("pci %s: %s: %s", Printable(e.Address), Printable(e.File), Printable(e.Err.Error()))
+	return fmt.Sprintf("pci %s: %s: %s", names.Printable(e.Address), names.Printable(e.File), names.Printable(e.Err.Error()))
 }
 
 func (e *DeviceError) Unwrap() error { return e.Err }
@@ -216,7 +218,7 @@ func DiscoverOnly(fsys fs.FS, want func(*Device) Optional) (*Tree, error) {
 func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *nodeCPUs, want func(*Device) Optional) (*Device, []error) {
 	link := path.Join(DevicesDir, name)
 	fail := func(file string, err error) []error {
-		return []error{&DeviceError{Address: name, File: file, Err: sysfs.Cause(err)}}
+		return []error{&DeviceError{Address: name, File: file, Err: fserr.Cause(err)}}
 	}
 	addr, err := ParseAddress(name)
 	if err != nil {
@@ -233,7 +235,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *no
 	}
 	parts := strings.Split(real, "/")
 	for _, p := range parts {
-		if err := CheckName(p); err != nil {
+		if err := names.CheckName(p); err != nil {
 			return nil, fail(link, fmt.Errorf("resolves to a path with a bad name: %w", err))
 		}
 	}
@@ -278,7 +280,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *no
 			err = parse(s)
 		}
 		if err != nil {
-			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: sysfs.Cause(err)})
+			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: fserr.Cause(err)})
 		}
 	}
 	hexInto := func(bits int, dst func(uint64)) func(string) error {
@@ -318,7 +320,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *no
 		// A name that cannot be printed stays unknown.
 		drv, err := r.Resolve(file("driver"))
 		if err == nil {
-			err = CheckName(path.Base(drv))
+			err = names.CheckName(path.Base(drv))
 		}
 		switch {
 		case err == nil:
@@ -326,7 +328,7 @@ func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *no
 		case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 			// unbound
 		default:
-			errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: sysfs.Cause(err)})
+			errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: fserr.Cause(err)})
 		}
 	}
 	d.Optional = want(d)
@@ -433,7 +435,7 @@ func parseUevent(s string) (Uevent, error) {
 			u.Class = Class(c)
 			seen |= 4
 		case "DRIVER":
-			if err := CheckName(v); err != nil {
+			if err := names.CheckName(v); err != nil {
 				return Uevent{}, fmt.Errorf("uevent DRIVER is not a driver name: %w", err)
 			}
 			u.Driver = v

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -148,7 +149,7 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 			err = parse(s)
 		}
 		if err != nil {
-			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: sysfs.Cause(err)})
+			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: fserr.Cause(err)})
 		}
 		return true
 	}
@@ -230,7 +231,7 @@ func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus m
 			}
 		}
 		if err != nil && !absent(err) {
-			errs = append(errs, &DeviceError{Address: name, File: file("iommu_group"), Err: sysfs.Cause(err)})
+			errs = append(errs, &DeviceError{Address: name, File: file("iommu_group"), Err: fserr.Cause(err)})
 		}
 	}
 	return errs

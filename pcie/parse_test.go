@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/efakit/efakit/internal/names"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -229,7 +231,7 @@ func FuzzParseUevent(f *testing.F) {
 		if err == nil && uint32(u.Class)>>24 != 0 {
 			t.Fatalf("%q: class %x over 24 bits", s, uint32(u.Class))
 		}
-		if err == nil && u.Driver != "" && CheckName(u.Driver) != nil {
+		if err == nil && u.Driver != "" && names.CheckName(u.Driver) != nil {
 			t.Fatalf("%q: driver %q cannot be printed", s, u.Driver)
 		}
 	})

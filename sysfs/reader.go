@@ -342,10 +342,6 @@ func (r *Reader) readLink(p string) (string, error) {
 	return t, nil
 }
 
-// Cause returns the cause of a *fs.PathError, for callers whose own error
-// names the path already. The cause of a link error names the link and its
-// target.
-func Cause(err error) error { return stripPathError(err) }
 
 // stripPathError keeps the cause of a *fs.PathError so that the caller can
 // wrap it with the path it was asked about.

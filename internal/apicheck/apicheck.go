@@ -20,7 +20,7 @@ import (
 )
 
 // Packages are the library's public packages, by path in the module.
-var Packages = []string{"sysfs", "pcie", "efa", "efa/health", "host", "host/uevent", "neuron", "topology", "gpudirect", "snapshot", "rdmans"}
+var Packages = []string{"sysfs", "pcie", "efa", "efa/health", "host", "neuron", "topology", "gpudirect", "snapshot", "rdmans"}
 
 // API is the sorted lines of the exported API of the package in dir of
 // fsys (test files left out): "pkg pcie, func ParseAddress(string) (Address, error)".

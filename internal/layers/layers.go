@@ -16,12 +16,12 @@ var Allowed = map[string][]string{
 	"efa/health": nil,
 	// The kernel's RDMA namespace mode over netlink, apart: importing efa
 	// or topology does not link netlink.
-	"rdmans":      nil,
-	"host":        {"pcie", "sysfs"},
-	"host/uevent": nil,
-	"neuron":      {"pcie", "sysfs"},
-	"topology":    {"efa", "host", "neuron", "pcie", "sysfs"},
-	"snapshot":    {"efa", "gpudirect", "host", "neuron", "pcie", "sysfs"},
+	"rdmans":          nil,
+	"host":            {"pcie", "sysfs"},
+	"internal/uevent": nil,
+	"neuron":          {"pcie", "sysfs"},
+	"topology":        {"efa", "host", "neuron", "pcie", "sysfs"},
+	"snapshot":        {"efa", "gpudirect", "host", "neuron", "pcie", "sysfs"},
 	// GPUDirect readiness per GPU-EFA pair: the topology plus the NVIDIA
 	// and efa drivers' own files.
 	"gpudirect": {"efa", "host", "neuron", "pcie", "sysfs", "topology"},
@@ -40,7 +40,7 @@ var Allowed = map[string][]string{
 	// knows the Plugin; metrics reads EFAs through efa alone.
 	"plugin/driver/metrics": {"efa", "pcie", "sysfs"},
 	"plugin/driver/events":  nil,
-	"plugin/driver/uevents": {"host/uevent"},
+	"plugin/driver/uevents": {"internal/uevent"},
 	// The prepared claims' status.devices: written by server-side apply,
 	// from entries the claim state builds; no hardware knowledge of its own.
 	"plugin/driver/claimstatus": nil,
@@ -56,7 +56,7 @@ var Allowed = map[string][]string{
 
 	// The kubelet plugin: an adapter over the parts above.
 	"plugin/driver": {"plugin/internal/live", "plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claims", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/owners", "plugin/driver/podresources",
-		"plugin/driver/publishing", "plugin/driver/resources", "plugin/driver/uevents", "efa", "efa/health", "gpudirect", "host", "host/uevent",
+		"plugin/driver/publishing", "plugin/driver/resources", "plugin/driver/uevents", "efa", "efa/health", "gpudirect", "host", "internal/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.
@@ -66,6 +66,8 @@ var Allowed = map[string][]string{
 	// Tools and test support.
 	"plugin/allocfeatures": nil,
 	"internal/apicheck":    nil,
+	"internal/names":       nil,
+	"internal/fserr":       nil,
 	// Vendor and device names from pci.ids (jaypipes/pcidb): apart, so
 	// that importing pcie does not link net/http.
 	"internal/pciids":              nil,
@@ -92,9 +94,13 @@ var Allowed = map[string][]string{
 // NoCluster are the packages that reach no cluster and serve nothing: the
 // library and what it writes. They import no Kubernetes client, gRPC or
 // Prometheus (the API types are allowed where they publish).
-var NoCluster = []string{"sysfs", "pcie", "efa", "host", "host/uevent", "neuron", "topology", "snapshot",
+var NoCluster = []string{"sysfs", "pcie", "efa", "host", "internal/uevent", "neuron", "topology", "snapshot",
 	"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/resources"}
 
 // NoKubernetes are the packages that import nothing of Kubernetes: the
 // hardware library.
-var NoKubernetes = []string{"sysfs", "pcie", "efa", "host", "host/uevent", "neuron", "topology", "snapshot"}
+var NoKubernetes = []string{"sysfs", "pcie", "efa", "host", "internal/uevent", "neuron", "topology", "snapshot"}
+
+// Everywhere are the packages at the bottom, which any package may import:
+// the name checks and the PathError stripping every reader shares.
+var Everywhere = []string{"internal/names", "internal/fserr"}

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -137,7 +139,7 @@ func (f *facts) readVerbs() {
 	ents, err := f.sysfs.ReadDir(verbsClass)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, sysfs.ErrDanglingLink) {
-			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s: %w", verbsClass, sysfs.Cause(err)))
+			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s: %w", verbsClass, fserr.Cause(err)))
 		}
 		return
 	}
@@ -163,12 +165,12 @@ func (f *facts) readVerbs() {
 		dir := verbsClass + "/" + e.Name()
 		ibdev, err := f.sysfs.ReadString(dir + "/ibdev")
 		if err != nil {
-			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/ibdev: %w", dir, sysfs.Cause(err)))
+			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/ibdev: %w", dir, fserr.Cause(err)))
 			continue
 		}
 		// The name is printed in the report: one that is no printable
 		// word could forge its lines.
-		if err := pcie.CheckName(ibdev); err != nil {
+		if err := names.CheckName(ibdev); err != nil {
 			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/ibdev: %w", dir, err))
 			continue
 		}
@@ -178,7 +180,7 @@ func (f *facts) readVerbs() {
 			major, minor, err = efa.ParseDevNumber(dev)
 		}
 		if err != nil {
-			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/dev: %w", dir, sysfs.Cause(err)))
+			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/dev: %w", dir, fserr.Cause(err)))
 			continue
 		}
 		f.verbs = append(f.verbs, &verbsDevice{Name: e.Name(), Number: n, RDMA: ibdev, EFA: efaNames[ibdev], Major: major, Minor: minor, Path: path})

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -32,7 +33,7 @@ func (f *facts) kernelModules() Check {
 			found = append(found, "efa")
 		default:
 			found = append(found, "efa")
-			notes = append(notes, fmt.Sprintf("module/efa/version: %v", sysfs.Cause(err)))
+			notes = append(notes, fmt.Sprintf("module/efa/version: %v", fserr.Cause(err)))
 		}
 	default:
 		bound, err := f.exists("bus/pci/drivers/efa")
@@ -87,7 +88,7 @@ func (f *facts) kernelModules() Check {
 func (f *facts) exists(name string) (bool, error) {
 	ok, err := f.sysfs.Exists(name)
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", name, sysfs.Cause(err))
+		return false, fmt.Errorf("%s: %w", name, fserr.Cause(err))
 	}
 	return ok, nil
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/host/uevent"
+	"github.com/efakit/efakit/internal/uevent"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -190,12 +191,12 @@ func exitCode(hadErrors bool, read int) int {
 // chooseEFAs returns the EFAs --device names, in discovery order, or all of
 // them without --device. A name that matches no EFA is an error: a typo
 // must not look like an idle device.
-func chooseEFAs(all []*efa.Device, names []string) ([]*efa.Device, error) {
-	if len(names) == 0 {
+func chooseEFAs(all []*efa.Device, wanted []string) ([]*efa.Device, error) {
+	if len(wanted) == 0 {
 		return all, nil
 	}
 	want := map[*efa.Device]bool{}
-	for _, n := range names {
+	for _, n := range wanted {
 		a, aerr := pcie.ParseAddress(n)
 		found := false
 		for _, d := range all {
@@ -208,7 +209,7 @@ func chooseEFAs(all []*efa.Device, names []string) ([]*efa.Device, error) {
 			for _, d := range all {
 				have = append(have, d.Name)
 			}
-			return nil, fmt.Errorf("--device %q: no such EFA (found: %s)", pcie.Printable(n), strings.Join(have, ", "))
+			return nil, fmt.Errorf("--device %q: no such EFA (found: %s)", names.Printable(n), strings.Join(have, ", "))
 		}
 	}
 	var out []*efa.Device

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/snapshot"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -180,7 +181,7 @@ func openParent(name string) (*os.Root, string, error) {
 	}
 	d, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, "", fmt.Errorf("write %s: directory %s: %w", name, dir, sysfs.Cause(err))
+		return nil, "", fmt.Errorf("write %s: directory %s: %w", name, dir, fserr.Cause(err))
 	}
 	return d, base, nil
 }
@@ -192,7 +193,7 @@ func replaceable(d *os.Root, name, base string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", name, sysfs.Cause(err))
+		return fmt.Errorf("write %s: %w", name, fserr.Cause(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("write %s: %s, not a regular file: refused", name, sysfs.TypeName(fi.Mode()))

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/internal/fakesys"
-	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -71,7 +71,7 @@ func TestBadNamesNeverPublished(t *testing.T) {
 								vals = append(vals, a.StringValues...)
 								for _, v := range vals {
 									assert.NotContains(t, v, tc.new, "%s: attribute %s", where, name)
-									assert.NoError(t, pcie.CheckText(v), "%s: attribute %s", where, name)
+									assert.NoError(t, names.CheckText(v), "%s: attribute %s", where, name)
 								}
 							}
 						}

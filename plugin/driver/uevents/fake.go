@@ -3,7 +3,7 @@ package uevents
 import (
 	"sync"
 
-	"github.com/efakit/efakit/host/uevent"
+	"github.com/efakit/efakit/internal/uevent"
 )
 
 // Fake is a Source fed by Send: tests of what watches uevents use it in

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/efakit/efakit/host/uevent"
+	"github.com/efakit/efakit/internal/uevent"
 )
 
 // The kernel says when a device comes, goes or changes driver (uevents):

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/host/uevent"
+	"github.com/efakit/efakit/internal/uevent"
 )
 
 func pciEvent(action string) uevent.Event {

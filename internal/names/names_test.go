@@ -1,4 +1,4 @@
-package pcie
+package names
 
 import (
 	"errors"
