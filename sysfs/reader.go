@@ -342,7 +342,6 @@ func (r *Reader) readLink(p string) (string, error) {
 	return t, nil
 }
 
-
 // stripPathError keeps the cause of a *fs.PathError so that the caller can
 // wrap it with the path it was asked about.
 func stripPathError(err error) error {
