@@ -20,8 +20,8 @@ import (
 	"github.com/efakit/efakit/sysfs"
 )
 
-// VendorAmazon is Amazon's PCI vendor ID.
-const VendorAmazon = 0x1d0f
+// vendorAmazon is Amazon's PCI vendor ID.
+const vendorAmazon = 0x1d0f
 
 // PCIDeviceName is pci.ids's name of every EFA generation, the string AWS's
 // EFA DeviceClass selects on.
@@ -144,7 +144,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // IsEFA reports whether a PCI function is an EFA by its IDs or driver. It
 // is an RDMA device only when the efa driver has made an infiniband child.
 func IsEFA(d *pcie.Device) bool {
-	return d.Vendor == VendorAmazon && isEFAID(d.Device) || d.Driver == "efa"
+	return d.Vendor == vendorAmazon && isEFAID(d.Device) || d.Driver == "efa"
 }
 
 // isENA reports whether a function is an ENA: Amazon's ENA IDs or the ena
@@ -153,7 +153,7 @@ func isENA(d *pcie.Device) bool {
 	if d.Driver == "ena" {
 		return true
 	}
-	if d.Vendor != VendorAmazon {
+	if d.Vendor != vendorAmazon {
 		return false
 	}
 	switch d.Device {

@@ -7,3 +7,4 @@ var ParseCounter = parseCounter
 var ParseEnumAttr = parseEnumAttr
 var ParseGDR = parseGDR
 var ParseRate = parseRate
+var VendorAmazon = vendorAmazon

@@ -109,11 +109,11 @@ const (
 
 // Sources of the rules, as the findings cite them.
 const (
-	SourceNVIDIATopology = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv-pci.c (nv_pci_is_valid_topology_for_direct_pci) and nv-dmabuf.c; NVIDIA driver 595.91.07 release notes; NVIDIA/aicr#2383 and #2439"
-	SourceDMABuf         = "aws-ofi-nccl pull requests 848 and 861 (dma-buf needs kernel 5.12; GB200 needs dma-buf); kernel drivers/infiniband/core/umem_dmabuf.c (5.12)"
-	SourceEFAP2P         = "amzn-drivers kernel/linux/efa/src/efa_sysfs.c, efa_p2p.c and efa_nvmem_impl.h"
-	SourceACS            = "PCI Express Base Specification, ACS extended capability; NCCL troubleshooting guide, PCI Access Control Services"
-	SourceNVIDIADriver   = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv.c (MODULE_VERSION)"
+	sourceNVIDIATopology = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv-pci.c (nv_pci_is_valid_topology_for_direct_pci) and nv-dmabuf.c; NVIDIA driver 595.91.07 release notes; NVIDIA/aicr#2383 and #2439"
+	sourceDMABuf         = "aws-ofi-nccl pull requests 848 and 861 (dma-buf needs kernel 5.12; GB200 needs dma-buf); kernel drivers/infiniband/core/umem_dmabuf.c (5.12)"
+	sourceEFAP2P         = "amzn-drivers kernel/linux/efa/src/efa_sysfs.c, efa_p2p.c and efa_nvmem_impl.h"
+	sourceACS            = "PCI Express Base Specification, ACS extended capability; NCCL troubleshooting guide, PCI Access Control Services"
+	sourceNVIDIADriver   = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv.c (MODULE_VERSION)"
 )
 
 // Finding is what one check found.
@@ -272,7 +272,7 @@ func judge(t *topology.Topology, g, e *topology.Device, gp, ep *pcie.Device, ee 
 	}
 	peer := []Finding{driver, efaPeerMemory(ee, n)}
 	if grace {
-		peer = append(peer, Finding{Check: CheckEFAPeerMemory, Status: Blocked, Source: SourceDMABuf,
+		peer = append(peer, Finding{Check: CheckEFAPeerMemory, Status: Blocked, Source: sourceDMABuf,
 			Message: "a Grace (coherent) platform needs dma-buf for GPUDirect: aws-ofi-nccl does not use peer memory there"})
 	}
 	p.Paths = []Path{path(DMABuf, dmabuf), path(PeerMemory, peer)}
@@ -301,7 +301,7 @@ func coherent(t *topology.Topology, g *topology.Device) bool {
 
 // nvidiaDriver checks that the nvidia driver holds the GPU.
 func nvidiaDriver(g *pcie.Device, n Node) Finding {
-	f := Finding{Check: CheckNVIDIADriver, Status: Ready, Source: SourceNVIDIADriver}
+	f := Finding{Check: CheckNVIDIADriver, Status: Ready, Source: sourceNVIDIADriver}
 	switch g.Driver {
 	case "nvidia":
 		v := n.NVIDIAVersion
@@ -322,7 +322,7 @@ func nvidiaDriver(g *pcie.Device, n Node) Finding {
 // kernelDMABuf checks the kernel can import a dma-buf into an RDMA memory
 // region (ib_umem_dmabuf, Linux 5.12).
 func kernelDMABuf(n Node) Finding {
-	f := Finding{Check: CheckKernelDMABuf, Status: Ready, Source: SourceDMABuf}
+	f := Finding{Check: CheckKernelDMABuf, Status: Ready, Source: sourceDMABuf}
 	major, minor, ok := kernelVersion(n.KernelRelease)
 	switch {
 	case !ok:
@@ -340,7 +340,7 @@ func kernelDMABuf(n Node) Finding {
 // efaPeerMemory checks that the efa driver found NVIDIA's peer-memory
 // interface: its p2p file names the first provider it found.
 func efaPeerMemory(e *efa.Device, n Node) Finding {
-	f := Finding{Check: CheckEFAPeerMemory, Status: Ready, Source: SourceEFAP2P}
+	f := Finding{Check: CheckEFAPeerMemory, Status: Ready, Source: sourceEFAP2P}
 	switch {
 	case strings.HasPrefix(e.P2P, "NVIDIA"):
 		f.Message = fmt.Sprintf("the efa driver's peer-memory provider is %q", e.P2P)
@@ -367,7 +367,7 @@ func efaPeerMemory(e *efa.Device, n Node) Finding {
 // Two functions without a group count as one group, as the kernel compares
 // their (nil) group pointers.
 func nvidiaTopology(g, e *pcie.Device, n Node) Finding {
-	f := Finding{Check: CheckNVIDIATopology, Status: Ready, Source: SourceNVIDIATopology}
+	f := Finding{Check: CheckNVIDIATopology, Status: Ready, Source: sourceNVIDIATopology}
 	same := g.IOMMUGroup == e.IOMMUGroup
 	where := fmt.Sprintf("GPU %s (%s, %s) and EFA %s (%s, %s)", g.Address, group(g), g.Root, e.Address, group(e), e.Root)
 	if same {
@@ -448,7 +448,7 @@ func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Devi
 			ports = append(ports, p)
 		}
 	}
-	f := &Finding{Check: CheckACS, Status: Ready, Source: SourceACS}
+	f := &Finding{Check: CheckACS, Status: Ready, Source: sourceACS}
 	var redirect, unknown []string
 	var errs []error
 	for _, p := range ports {

@@ -4,3 +4,4 @@ package neuron
 var ParseIndex = parseIndex
 var ParseConnected = parseConnected
 var ParseCoreCount = parseCoreCount
+var DriverName = driverName

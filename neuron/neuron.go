@@ -24,13 +24,13 @@ import (
 // link to their PCI function: the family tables give it.
 const ClassDir = "devices/virtual/neuron_device"
 
-// DriverName is the kernel driver of Neuron PCI functions.
-const DriverName = "neuron-driver"
+// driverName is the kernel driver of Neuron PCI functions.
+const driverName = "neuron-driver"
 
 // IsNeuron reports whether a PCI function is a Neuron device: Amazon's
 // Inferentia/Trainium IDs or the neuron driver.
 func IsNeuron(d *pcie.Device) bool {
-	if d.Driver == DriverName {
+	if d.Driver == driverName {
 		return true
 	}
 	if d.Vendor != 0x1d0f {

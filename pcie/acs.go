@@ -16,7 +16,7 @@ import (
 // read of a function's config file returns: the kernel's pci_read_config
 // gives the first 64 bytes to a reader without CAP_SYS_ADMIN.
 const (
-	ConfigSize         = 256
+	configSize         = 256
 	ConfigSizeExpress  = 4096
 	ConfigUnprivileged = 64
 )
@@ -28,21 +28,21 @@ const extCapACS = 0x000d
 // the kernel's PCI_ACS_*). The names are lspci's.
 const (
 	ACSSourceValidation    uint16 = 1 << 0 // SrcValid
-	ACSTranslationBlocking uint16 = 1 << 1 // TransBlk
+	aCSTranslationBlocking uint16 = 1 << 1 // TransBlk
 	ACSRequestRedirect     uint16 = 1 << 2 // ReqRedir: P2P requests go up to the root
 	ACSCompletionRedirect  uint16 = 1 << 3 // CmpltRedir
 	ACSUpstreamForwarding  uint16 = 1 << 4 // UpstreamFwd
-	ACSEgressControl       uint16 = 1 << 5 // EgressCtrl: P2P to some ports blocked
-	ACSDirectTranslated    uint16 = 1 << 6 // DirectTrans: ATS-translated P2P goes direct
+	aCSEgressControl       uint16 = 1 << 5 // EgressCtrl: P2P to some ports blocked
+	aCSDirectTranslated    uint16 = 1 << 6 // DirectTrans: ATS-translated P2P goes direct
 )
 
 var acsNames = []struct {
 	bit  uint16
 	name string
 }{
-	{ACSSourceValidation, "SrcValid"}, {ACSTranslationBlocking, "TransBlk"}, {ACSRequestRedirect, "ReqRedir"},
-	{ACSCompletionRedirect, "CmpltRedir"}, {ACSUpstreamForwarding, "UpstreamFwd"}, {ACSEgressControl, "EgressCtrl"},
-	{ACSDirectTranslated, "DirectTrans"},
+	{ACSSourceValidation, "SrcValid"}, {aCSTranslationBlocking, "TransBlk"}, {ACSRequestRedirect, "ReqRedir"},
+	{ACSCompletionRedirect, "CmpltRedir"}, {ACSUpstreamForwarding, "UpstreamFwd"}, {aCSEgressControl, "EgressCtrl"},
+	{aCSDirectTranslated, "DirectTrans"},
 }
 
 // ACS is a port's Access Control Services capability: what it can do and
@@ -58,7 +58,7 @@ type ACS struct {
 // control on): traffic between a GPU and an EFA below it then leaves the
 // switch.
 func (a ACS) Redirects() bool {
-	return a.Control&(ACSRequestRedirect|ACSCompletionRedirect|ACSEgressControl) != 0
+	return a.Control&(ACSRequestRedirect|ACSCompletionRedirect|aCSEgressControl) != 0
 }
 
 // String prints the control bits as lspci's ACSCtl line does:
@@ -87,9 +87,9 @@ var ErrConfigHidden = errors.New("config space past 64 bytes is readable only wi
 // A chain that leaves the space, is not aligned or loops is an error.
 func parseACS(config []byte) (*ACS, error) {
 	switch {
-	case len(config) < ConfigSize && len(config) <= ConfigUnprivileged:
+	case len(config) < configSize && len(config) <= ConfigUnprivileged:
 		return nil, ErrConfigHidden
-	case len(config) < ConfigSize:
+	case len(config) < configSize:
 		return nil, fmt.Errorf("config space of %d bytes: neither 64 (unprivileged), 256 nor 4096", len(config))
 	case len(config) < ConfigSizeExpress:
 		return nil, nil // no extended space

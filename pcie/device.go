@@ -39,13 +39,13 @@ func (c Class) String() string { return fmt.Sprintf("0x%06x", uint32(c)) }
 
 // Class codes efakit branches on.
 const (
-	ClassBridgeHost  uint16 = 0x0600
-	ClassBridgePCI   uint16 = 0x0604
-	ClassNetwork     uint8  = 0x02
+	classBridgeHost  uint16 = 0x0600
+	classBridgePCI   uint16 = 0x0604
+	classNetwork     uint8  = 0x02
 	ClassDisplay     uint8  = 0x03
-	ClassDisplay3D   uint16 = 0x0302
-	ClassDisplayVGA  uint16 = 0x0300
-	ClassBridgeOther uint16 = 0x0680
+	classDisplay3D   uint16 = 0x0302
+	classDisplayVGA  uint16 = 0x0300
+	classBridgeOther uint16 = 0x0680
 )
 
 // Device is one PCI function. Fields name the sysfs file they come from,
@@ -98,7 +98,7 @@ type Device struct {
 
 // IsBridge reports whether the function is a PCI-to-PCI bridge (a root
 // port, or a switch's upstream or downstream port).
-func (d *Device) IsBridge() bool { return d.Class.Sub() == ClassBridgePCI }
+func (d *Device) IsBridge() bool { return d.Class.Sub() == classBridgePCI }
 
 // Bridges returns the upstream bridges from the root complex down to the
 // function's parent.
@@ -385,8 +385,8 @@ func clip(s string) string {
 	return s
 }
 
-// Uevent is what a PCI function's uevent file says of it.
-type Uevent struct {
+// uevent is what a PCI function's uevent file says of it.
+type uevent struct {
 	Vendor, Device                   uint16 // PCI_ID
 	SubsystemVendor, SubsystemDevice uint16 // PCI_SUBSYS_ID
 	Class                            Class  // PCI_CLASS
@@ -400,8 +400,8 @@ type Uevent struct {
 // parseUevent parses a PCI function's uevent file, lines of KEY=value as
 // the kernel's pci_uevent writes them (PCI_CLASS=20000, PCI_ID=1D0F:EFA1).
 // Unknown keys are ignored; a known key with a bad value is an error.
-func parseUevent(s string) (Uevent, error) {
-	var u Uevent
+func parseUevent(s string) (uevent, error) {
+	var u uevent
 	seen := 0
 	for _, line := range strings.Split(s, "\n") {
 		line = strings.TrimSpace(line)
@@ -410,7 +410,7 @@ func parseUevent(s string) (Uevent, error) {
 		}
 		k, v, ok := strings.Cut(line, "=")
 		if !ok {
-			return Uevent{}, fmt.Errorf("uevent line %q is not KEY=value", clip(line))
+			return uevent{}, fmt.Errorf("uevent line %q is not KEY=value", clip(line))
 		}
 		switch k {
 		case "PCI_ID", "PCI_SUBSYS_ID":
@@ -418,7 +418,7 @@ func parseUevent(s string) (Uevent, error) {
 			x, err1 := parseHex(a, 4)
 			y, err2 := parseHex(b, 4)
 			if !ok || err1 != nil || err2 != nil {
-				return Uevent{}, fmt.Errorf("uevent %s=%q is not VVVV:DDDD", k, clip(v))
+				return uevent{}, fmt.Errorf("uevent %s=%q is not VVVV:DDDD", k, clip(v))
 			}
 			if k == "PCI_ID" {
 				u.Vendor, u.Device = uint16(x), uint16(y)
@@ -430,13 +430,13 @@ func parseUevent(s string) (Uevent, error) {
 		case "PCI_CLASS":
 			c, err := parseHex(v, 6)
 			if err != nil {
-				return Uevent{}, fmt.Errorf("uevent PCI_CLASS=%q is not a class code", clip(v))
+				return uevent{}, fmt.Errorf("uevent PCI_CLASS=%q is not a class code", clip(v))
 			}
 			u.Class = Class(c)
 			seen |= 4
 		case "DRIVER":
 			if err := names.CheckName(v); err != nil {
-				return Uevent{}, fmt.Errorf("uevent DRIVER is not a driver name: %w", err)
+				return uevent{}, fmt.Errorf("uevent DRIVER is not a driver name: %w", err)
 			}
 			u.Driver = v
 		case "PCI_SLOT_NAME":

@@ -18,7 +18,7 @@ import (
 const CaptureHeader = "efakit-sysfs-capture v2"
 
 // captureHeaderV1 is the header of captures written before the end marker.
-// They still read, with a note (Capture.Note).
+// They still read, with a note (capture.Note).
 const captureHeaderV1 = "efakit-sysfs-capture v1"
 
 // Bounds on the paths a capture holds, so that a hostile capture cannot
@@ -40,7 +40,7 @@ const (
 // escaped (\xff, four bytes for one), and a mode.
 const maxCaptureLine = len("f ") + 2 + 4*MaxPathLen + len(" ") + 2 + 4*(MaxFileSize+1) + len(" 0777")
 
-// noteV1 is the Capture.Note of a v1 capture.
+// noteV1 is the capture.Note of a v1 capture.
 const noteV1 = "capture v1 has no end marker: one cut short or edited cannot be told from a whole one"
 
 // Kind is the type of a captured entry.
@@ -101,8 +101,8 @@ func (e Entry) perm() fs.FileMode {
 // that is read, so they can be added or corrected by hand. Version 1, from
 // before the marker, reads with a note.
 
-// Capture is a parsed capture file.
-type Capture struct {
+// capture is a parsed capture file.
+type capture struct {
 	Entries []Entry
 	// Note, when set, is for the person who gave the capture: a v1
 	// capture has no end marker, so whether it is whole is unknown.
@@ -121,7 +121,7 @@ func ParseCapture(r io.Reader) ([]Entry, error) {
 // decodeCapture reads a capture and checks its end marker. It rejects
 // duplicate, invalid, over-long or over-deep paths, a missing or wrong end
 // marker and anything it does not understand, naming the line.
-func decodeCapture(r io.Reader) (*Capture, error) {
+func decodeCapture(r io.Reader) (*capture, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxCaptureLine+1) // +1: the newline
 	line := 0
@@ -179,11 +179,11 @@ func decodeCapture(r io.Reader) (*Capture, error) {
 	case version == 0:
 		return nil, fmt.Errorf("capture: empty, want header %q", CaptureHeader)
 	case version == 1:
-		return &Capture{Entries: out, Note: noteV1}, nil
+		return &capture{Entries: out, Note: noteV1}, nil
 	case endLine == 0:
 		return nil, fmt.Errorf("capture: cut short: no end marker after line %d, the last", line)
 	}
-	return &Capture{Entries: out}, nil
+	return &capture{Entries: out}, nil
 }
 
 // firstWord returns s up to its first space or tab.

@@ -5,3 +5,4 @@ package sysfs
 func OpenDirFallback(dir string) (*Root, error) { return openRootFS(dir) }
 
 var DecodeCapture = decodeCapture
+type Capture = capture

@@ -130,11 +130,11 @@ func (m *MemFS) get(p string) *node {
 	return nil
 }
 
-// Note is the note of the capture the tree was read from (Capture.Note):
+// Note is the note of the capture the tree was read from (capture.Note):
 // empty unless the capture could not be checked whole.
 func (m *MemFS) Note() string { return m.note }
 
-// Note is the note of the capture the root was read from (Capture.Note),
+// Note is the note of the capture the root was read from (capture.Note),
 // for the caller to show; empty for a directory and a checked capture.
 func (r *Root) Note() string {
 	if m, ok := r.ReadLinkFS.(*MemFS); ok {

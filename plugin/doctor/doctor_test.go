@@ -894,7 +894,7 @@ func TestKernelAndDevices(t *testing.T) {
 	t.Run("efa without ib_uverbs", func(t *testing.T) {
 		t.Parallel()
 		b := fakesys.New()
-		b.AddPCI(fakesys.PCI{Addr: "0000:10:1b.0", Vendor: efa.VendorAmazon, Device: 0xefa1, Class: 0x020000, Driver: "efa", NUMA: 0, CPUs: "0-7"})
+		b.AddPCI(fakesys.PCI{Addr: "0000:10:1b.0", Vendor: 0x1d0f, Device: 0xefa1, Class: 0x020000, Driver: "efa", NUMA: 0, CPUs: "0-7"})
 		b.AddEFA(fakesys.EFA{Addr: "0000:10:1b.0", IBName: "rdmap16s27", Rate: "100 Gb/sec (4X EDR)", NodeGUID: "0000:0000:0000:0001", GID: "fe80:0000:0000:0000:0000:0000:0000:0001"})
 		b.Remove(b.PCIDir("0000:10:1b.0") + "/infiniband_verbs")
 		b.Remove("class/infiniband_verbs/uverbs0")
