@@ -19,4 +19,5 @@ var ClassDisplay3D = classDisplay3D
 var ClassDisplayVGA = classDisplayVGA
 var ClassNetwork = classNetwork
 var ConfigSize = configSize
+
 type Uevent = uevent

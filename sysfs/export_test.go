@@ -5,4 +5,5 @@ package sysfs
 func OpenDirFallback(dir string) (*Root, error) { return openRootFS(dir) }
 
 var DecodeCapture = decodeCapture
+
 type Capture = capture
