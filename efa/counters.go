@@ -9,7 +9,7 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
-	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/internal/sysread"
 )
 
 // Counters are the hardware counters of an EFA at one moment: the device's
@@ -26,7 +26,7 @@ type Counters struct {
 // discovery: they change all the time and cost one file each. Pass the root
 // the device was discovered in.
 func (d *Device) ReadCounters(fsys fs.FS) (*Counters, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	c := &Counters{Ports: make(map[int]map[string]uint64)}
 	var errs []error
 	var err error
@@ -46,7 +46,7 @@ func (d *Device) ReadCounters(fsys fs.FS) (*Counters, error) {
 	return c, errors.Join(errs...)
 }
 
-func readCounterDir(r *sysfs.Reader, dev, dir string) (map[string]uint64, error) {
+func readCounterDir(r *sysread.Reader, dev, dir string) (map[string]uint64, error) {
 	ents, err := r.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -104,7 +104,7 @@ type PortLink struct {
 // with an error naming the device and the file. Pass the root the device
 // was discovered in.
 func (d *Device) ReadPortLink(fsys fs.FS, port int) (PortLink, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	dir := fmt.Sprintf("%s/ports/%d", d.IBPath, port)
 	var l PortLink
 	var errs []error

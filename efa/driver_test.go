@@ -10,8 +10,8 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
 	namecheck "github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
-	"github.com/efakit/efakit/sysfs"
 )
 
 func TestReadDriverVersion(t *testing.T) {
@@ -35,7 +35,7 @@ func TestReadDriverVersion(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(b)
 			}
-			v, err := efa.ReadDriverVersion(sysfs.NewReader(b.FS()))
+			v, err := efa.ReadDriverVersion(sysread.New(b.FS()))
 			assert.Equal(t, tc.want, v)
 			if tc.error == "" {
 				assert.NoError(t, err)
@@ -103,7 +103,7 @@ func TestGDR(t *testing.T) {
 
 	b = smallSwitch()
 	b.Attr(b.PCIDir("0000:47:00.0")+"/gdr", "1")
-	r := sysfs.NewReader(b.FS())
+	r := sysread.New(b.FS())
 	tree, err := pcie.DiscoverOnly(r, func(*pcie.Device) pcie.Optional { return 0 })
 	require.NoError(t, err)
 	res, err = efa.DiscoverOnly(r, tree, 0)

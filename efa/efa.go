@@ -16,6 +16,7 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -185,7 +186,7 @@ const (
 // Discover finds the EFAs among the functions of tree. It returns what it
 // could read, and one error per damaged device or file, joined.
 func Discover(fsys fs.FS, tree *pcie.Tree) (*Result, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	return DiscoverOnly(r, tree, OptAll)
 }
 
@@ -193,7 +194,7 @@ func Discover(fsys fs.FS, tree *pcie.Tree) (*Result, error) {
 // only those in want; the others stay "", and Device.Optional says which
 // were read.
 func DiscoverOnly(fsys fs.FS, tree *pcie.Tree, want Optional) (*Result, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	res := &Result{}
 	var errs []error
 	enas := enaNetdevs(r, tree, &errs)
@@ -234,7 +235,7 @@ func DiscoverOnly(fsys fs.FS, tree *pcie.Tree, want Optional) (*Result, error) {
 	return res, errors.Join(errs...)
 }
 
-func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (*Device, []error) {
+func readDevice(r *sysread.Reader, pci *pcie.Device, name string, want Optional) (*Device, []error) {
 	ib := pci.Path + "/infiniband/" + name
 	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib, Optional: want}
 	var errs []error
@@ -291,14 +292,14 @@ func readDevice(r *sysfs.Reader, pci *pcie.Device, name string, want Optional) (
 // discovery left unread, and adds them to d.Optional: efakit list reads
 // the gdr file of the EFAs it shows after a topology.Scan, which does not.
 func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	errs := readOptional(r, d, want&^d.Optional)
 	d.Optional |= want
 	return errors.Join(errs...)
 }
 
 // readOptional reads the optional attributes in want into d.
-func readOptional(r *sysfs.Reader, d *Device, want Optional) []error {
+func readOptional(r *sysread.Reader, d *Device, want Optional) []error {
 	var errs []error
 	fail := func(file string, err error) {
 		errs = append(errs, &Error{Device: d.Name, File: file, Err: fserr.Cause(err)})
@@ -368,7 +369,7 @@ const DriverVersionFile = "module/efa/version"
 // unknown. A file that cannot be read or is not a version is an error
 // naming it, and "".
 func ReadDriverVersion(fsys fs.FS) (string, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	s, err := r.ReadString(DriverVersionFile)
 	if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
 		return "", nil
@@ -392,7 +393,7 @@ func CheckDriverVersion(s string) error {
 	return nil
 }
 
-func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
+func readPort(r *sysread.Reader, dev, dir string) (*Port, []error) {
 	var errs []error
 	fail := func(file string, err error) {
 		errs = append(errs, &Error{Device: dev, File: file, Err: fserr.Cause(err)})
@@ -463,7 +464,7 @@ func readPort(r *sysfs.Reader, dev, dir string) (*Port, []error) {
 // serves; dev holds the character device's numbers, for CDI). It returns
 // the device it found with the errors of entries it left out (names that
 // are not uverbs<N>), or nil and why.
-func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
+func findVerbs(r *sysread.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 	dir := pci.Path + "/infiniband_verbs"
 	ents, err := r.ReadDir(dir)
 	if err != nil {
@@ -513,7 +514,7 @@ func findVerbs(r *sysfs.Reader, pci *pcie.Device, name string) (*Verbs, error) {
 }
 
 // enaNetdevs lists the network interfaces of ENA functions.
-func enaNetdevs(r *sysfs.Reader, tree *pcie.Tree, errs *[]error) []netdev {
+func enaNetdevs(r *sysread.Reader, tree *pcie.Tree, errs *[]error) []netdev {
 	var out []netdev
 	for _, d := range tree.Devices {
 		if !isENA(d) {
@@ -750,7 +751,7 @@ func clip(s string) string {
 // Scan reads the PCI tree and the EFAs of a sysfs root in one pass, with
 // one Reader so that no file is read twice.
 func Scan(fsys fs.FS) (*pcie.Tree, *Result, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	tree, perr := pcie.Discover(r)
 	res, eerr := Discover(r, tree)
 	return tree, res, errors.Join(perr, eerr)
@@ -769,7 +770,7 @@ type Current struct {
 // prepares a claim and when it restores one, because an efa or ib_uverbs
 // module reload numbers the uverbs devices anew without a reboot.
 func ReadCurrent(fsys fs.FS, addr pcie.Address) (Current, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	dir := "bus/pci/devices/" + addr.String()
 	ib := dir + "/infiniband"
 	ents, err := r.ReadDir(ib)

@@ -14,6 +14,7 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
 	namecheck "github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -106,7 +107,7 @@ func TestBadNamesLeftOut(t *testing.T) {
 				// What the plugin reads when it prepares a claim.
 				addr, err := pcie.ParseAddress(fn)
 				require.NoError(t, err)
-				cur, err := efa.ReadCurrent(sysfs.NewReader(fsys), addr)
+				cur, err := efa.ReadCurrent(sysread.New(fsys), addr)
 				if tc.old == rdma {
 					assert.ErrorIs(t, err, pcie.ErrBadName, where)
 					assert.Empty(t, cur.RDMAName, where)

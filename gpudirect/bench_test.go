@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -43,7 +44,7 @@ func BenchmarkAssess(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := sysfs.NewReader(disk)
+			r := sysread.New(disk)
 			n, err := gpudirect.ReadNode(r, nil)
 			if err != nil {
 				b.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -23,7 +24,7 @@ func ExampleAssess() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r := sysfs.NewReader(root)
+	r := sysread.New(root)
 	node, err := gpudirect.ReadNode(r, os.DirFS("../testdata/gpudirect/p6e-gb300r-r595.proc"))
 	if err != nil {
 		log.Fatal(err)

@@ -25,8 +25,8 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
-	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -180,7 +180,7 @@ func (p Pair) Reasons() []string {
 // written, so several goroutines may judge one topology. Read errors are
 // returned joined; the facts they concern count as unknown.
 func Assess(fsys fs.FS, t *topology.Topology, n Node) ([]Pair, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	var errs []error
 	var pairs []Pair
 	for _, g := range t.Of(topology.KindGPU) {
@@ -206,7 +206,7 @@ var errNotAPair = errors.New("not a GPU and an EFA of the topology")
 
 // assessPair judges g (whose function, with its IOMMU group read, is gp)
 // with the EFA e, reading e's IOMMU group and gdr file into copies.
-func assessPair(r *sysfs.Reader, t *topology.Topology, g *topology.Device, gp *pcie.Device, e *topology.Device, n Node) (Pair, error) {
+func assessPair(r *sysread.Reader, t *topology.Topology, g *topology.Device, gp *pcie.Device, e *topology.Device, n Node) (Pair, error) {
 	if e == nil || e.Kind != topology.KindEFA || e.PCI == nil || e.EFA == nil {
 		return Pair{}, errNotAPair
 	}
@@ -224,7 +224,7 @@ func JudgePair(fsys fs.FS, t *topology.Topology, gpu, efa *topology.Device, proc
 		efa == nil || efa.PCI == nil || t.Lookup(efa.PCI.Address) != efa {
 		return Pair{}, fmt.Errorf("gpudirect: %w", errNotAPair)
 	}
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	n, nerr := ReadNode(r, proc)
 	gp := *gpu.PCI
 	gerr := pcie.ReadOptional(r, &gp, pcie.OptIOMMU)
@@ -244,7 +244,7 @@ func JudgePair(fsys fs.FS, t *topology.Topology, gpu, efa *topology.Device, proc
 // so the plugin's periodic scans leave it to efakit topo and doctor. A
 // config file an unprivileged reader cannot see, or one absent from a
 // capture, leaves ACS unknown without an error.
-func readACS(r *sysfs.Reader, pairs []Pair) error {
+func readACS(r *sysread.Reader, pairs []Pair) error {
 	var errs []error
 	cache := map[*pcie.Device]acsRead{}
 	for i := range pairs {
@@ -437,7 +437,7 @@ type acsRead struct {
 // acsFinding checks the ports a peer-to-peer request between a and b
 // enters the switch by: the bridges below the deepest one they share. nil
 // when they share none.
-func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Device) (*Finding, []error) {
+func acsFinding(r *sysread.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Device) (*Finding, []error) {
 	shared := sharedBridge(a, b)
 	if shared == nil {
 		return nil, nil
@@ -488,7 +488,7 @@ func acsFinding(r *sysfs.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.Devi
 // facts (ReadNode; proc may be nil), each GPU with its closest EFAs
 // (Assess), and the ACS of the switch ports between them (readACS).
 func Judge(fsys fs.FS, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	n, nerr := ReadNode(r, proc)
 	pairs, aerr := Assess(r, t, n)
 	return pairs, n, errors.Join(nerr, aerr, readACS(r, pairs))

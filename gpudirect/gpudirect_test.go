@@ -13,6 +13,7 @@ import (
 
 	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/internal/gdrcases"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -43,7 +44,7 @@ const (
 
 func assess(t *testing.T, m gdrcases.Machine, p fstest.MapFS) gpudirect.Pair {
 	t.Helper()
-	r := sysfs.NewReader(m.Build().FS())
+	r := sysread.New(m.Build().FS())
 	topo, err := topology.Scan(r.FS())
 	require.NoError(t, err)
 	pairs, _, err := gpudirect.Judge(r, topo, nilIfEmpty(p))
@@ -231,7 +232,7 @@ func TestFixtures(t *testing.T) {
 			defer root.Close()
 			topo, err := topology.Scan(root)
 			require.NoError(t, err)
-			r := sysfs.NewReader(root)
+			r := sysread.New(root)
 			pairs, _, err := gpudirect.Judge(r, topo, nil)
 			require.NoError(t, err)
 			gpus := topo.Of(topology.KindGPU)
@@ -309,7 +310,7 @@ func TestCases(t *testing.T) {
 			defer root.Close()
 			topo, err := topology.Scan(root)
 			require.NoError(t, err)
-			r := sysfs.NewReader(root)
+			r := sysread.New(root)
 			pairs, _, err := gpudirect.Judge(r, topo, os.DirFS(filepath.Join("..", "testdata", "gpudirect", c.Name+".proc")))
 			require.NoError(t, err)
 			require.Len(t, pairs, 1)

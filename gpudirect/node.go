@@ -10,6 +10,7 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -53,7 +54,7 @@ type Node struct {
 // proc when proc is not nil. A file that is absent leaves its fact
 // unknown; one that cannot be read or parsed does too, with an error.
 func ReadNode(fsys fs.FS, proc fs.FS) (Node, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	var n Node
 	var errs []error
 	absent := func(err error) bool {

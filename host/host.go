@@ -13,6 +13,7 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -111,7 +112,7 @@ func (i *Info) Distance(a, b int) int {
 // errors (many machines have no DMI or no NUMA); damaged ones are, and the
 // rest is still read.
 func Read(fsys fs.FS) (*Info, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	info := &Info{}
 	var errs []error
 	switch s, err := r.ReadString(ProductNameFile); {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -18,7 +19,7 @@ func TestRead(t *testing.T) {
 	b := fakesys.New()
 	b.Product("p5.48xlarge")
 	b.NUMANodes(32, "0-47,96-143", "48-95,144-191")
-	info, err := host.Read(sysfs.NewReader(b.FS()))
+	info, err := host.Read(sysread.New(b.FS()))
 	require.NoError(t, err)
 	assert.Equal(t, "p5.48xlarge", info.InstanceType)
 	require.Len(t, info.NUMANodes, 2)
@@ -33,7 +34,7 @@ func TestRead(t *testing.T) {
 func TestReadMissing(t *testing.T) {
 	t.Parallel()
 	// No DMI, no NUMA: nothing to report, no error.
-	info, err := host.Read(sysfs.NewReader(fakesys.New().FS()))
+	info, err := host.Read(sysread.New(fakesys.New().FS()))
 	require.NoError(t, err)
 	assert.Equal(t, "", info.InstanceType)
 	assert.Empty(t, info.NUMANodes)
@@ -51,7 +52,7 @@ func capture(t *testing.T) []sysfs.Entry {
 }
 
 // edited returns the capture's entries with edit applied to each.
-func edited(t *testing.T, base []sysfs.Entry, edit func(e *sysfs.Entry)) *sysfs.Reader {
+func edited(t *testing.T, base []sysfs.Entry, edit func(e *sysfs.Entry)) *sysread.Reader {
 	t.Helper()
 	var es []sysfs.Entry
 	for _, e := range base {
@@ -60,7 +61,7 @@ func edited(t *testing.T, base []sysfs.Entry, edit func(e *sysfs.Entry)) *sysfs.
 	}
 	m, err := sysfs.NewMemFS(es)
 	require.NoError(t, err)
-	return sysfs.NewReader(m)
+	return sysread.New(m)
 }
 
 // TestDamagedStaysUnknown: the instance type and every attribute of a NUMA

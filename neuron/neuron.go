@@ -16,6 +16,7 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -105,7 +106,7 @@ const (
 // ReadClass reads the neuron driver's class devices, by index. A machine
 // without the driver has none, and no error.
 func ReadClass(fsys fs.FS) ([]ClassDevice, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	return ReadClassOnly(r, OptAll)
 }
 
@@ -113,7 +114,7 @@ func ReadClass(fsys fs.FS) ([]ClassDevice, error) {
 // attributes, only those in want; the others stay unknown (0, nil, ""),
 // and ClassDevice.Optional says which were read.
 func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	ents, err := r.ReadDir(ClassDir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

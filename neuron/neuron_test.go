@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -18,14 +19,14 @@ func TestReadClassTrn1(t *testing.T) {
 	t.Parallel()
 	r, err := sysfs.Open("../testdata/sysfs/trn1.32xlarge.sysfs")
 	require.NoError(t, err)
-	class, err := neuron.ReadClass(sysfs.NewReader(r))
+	class, err := neuron.ReadClass(sysread.New(r))
 	require.NoError(t, err)
 	require.Len(t, class, 16)
 	assert.Equal(t, neuron.ClassDevice{Index: 0, CoreCount: 2, Connected: []int{12, 3, 4, 1}, ArchType: "NDv2", Instance: "Trn1", DeviceName: "Trainium1", Optional: neuron.OptAll}, class[0])
 	assert.Equal(t, []int{11, 14, 3, 12}, class[15].Connected)
 
 	// Only the indexes, as the topology asks: nothing else is filled in.
-	only, err := neuron.ReadClassOnly(sysfs.NewReader(r), neuron.OptConnected)
+	only, err := neuron.ReadClassOnly(sysread.New(r), neuron.OptConnected)
 	require.NoError(t, err)
 	require.Len(t, only, 16)
 	assert.Equal(t, neuron.ClassDevice{Index: 0, Connected: []int{12, 3, 4, 1}, Optional: neuron.OptConnected}, only[0])
@@ -104,7 +105,7 @@ func capture(t *testing.T) []sysfs.Entry {
 }
 
 // edited returns the capture's entries with edit applied to each.
-func edited(t *testing.T, base []sysfs.Entry, edit func(e *sysfs.Entry)) *sysfs.Reader {
+func edited(t *testing.T, base []sysfs.Entry, edit func(e *sysfs.Entry)) *sysread.Reader {
 	t.Helper()
 	var es []sysfs.Entry
 	for _, e := range base {
@@ -113,7 +114,7 @@ func edited(t *testing.T, base []sysfs.Entry, edit func(e *sysfs.Entry)) *sysfs.
 	}
 	m, err := sysfs.NewMemFS(es)
 	require.NoError(t, err)
-	return sysfs.NewReader(m)
+	return sysread.New(m)
 }
 
 func cleanClass(t *testing.T, base []sysfs.Entry) []neuron.ClassDevice {

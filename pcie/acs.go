@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/efakit/efakit/internal/fserr"
-	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/internal/sysread"
 )
 
 // Config space sizes (PCI Express Base Specification, 7.2; the kernel's
@@ -126,7 +126,7 @@ func parseACS(config []byte) (*ACS, error) {
 // (d.Path/config), as parseACS does, with errors that name the function and
 // the file: errors.Is(err, ErrConfigHidden) for an unprivileged reader.
 func ReadACS(fsys fs.FS, d *Device) (*ACS, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	file := d.Path + "/config"
 	b, err := r.ReadFile(file)
 	var acs *ACS

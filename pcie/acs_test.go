@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
-	"github.com/efakit/efakit/sysfs"
 )
 
 func TestParseACS(t *testing.T) {
@@ -73,9 +73,9 @@ func TestReadACS(t *testing.T) {
 	b.AddPCI(fakesys.PCI{Addr: "0000:46:00.0", Parent: "0000:44:00.0", Vendor: 0x1d0f, Device: 0x0200, Class: 0x060400, NUMA: -1})
 	b.Config("0000:44:00.0", fakesys.ExpressConfig(0x1d0f, 0x0200, &pcie.ACS{Capability: 0x5f, Control: pcie.ACSRequestRedirect}))
 	b.Config("0000:45:00.0", make([]byte, pcie.ConfigUnprivileged))
-	tree, err := pcie.Discover(sysfs.NewReader(b.FS()))
+	tree, err := pcie.Discover(sysread.New(b.FS()))
 	require.NoError(t, err)
-	r := sysfs.NewReader(b.FS())
+	r := sysread.New(b.FS())
 
 	acs, err := pcie.ReadACS(r, tree.Devices[0])
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -161,7 +162,7 @@ const (
 // left out; one whose optional attributes are damaged is kept, with the
 // damaged field unknown.
 func Discover(fsys fs.FS) (*Tree, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	return DiscoverOnly(r, func(*Device) Optional { return OptAll })
 }
 
@@ -172,7 +173,7 @@ func Discover(fsys fs.FS) (*Tree, error) {
 // p5.48xlarge, whose 121 functions include 65 switch ports, reading them
 // only where they are used saves four system calls each.
 func DiscoverOnly(fsys fs.FS, want func(*Device) Optional) (*Tree, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	// Every entry is a link that is followed: read them with the listing.
 	ents, err := r.ReadDirLinks(DevicesDir)
 	if err != nil {
@@ -215,7 +216,7 @@ func DiscoverOnly(fsys fs.FS, want func(*Device) Optional) (*Tree, error) {
 
 // readDevice reads one function. It returns nil when a required file is
 // missing or damaged.
-func readDevice(r *sysfs.Reader, name string, cpus map[string]CPUList, nodes *nodeCPUs, want func(*Device) Optional) (*Device, []error) {
+func readDevice(r *sysread.Reader, name string, cpus map[string]CPUList, nodes *nodeCPUs, want func(*Device) Optional) (*Device, []error) {
 	link := path.Join(DevicesDir, name)
 	fail := func(file string, err error) []error {
 		return []error{&DeviceError{Address: name, File: file, Err: fserr.Cause(err)}}

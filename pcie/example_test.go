@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing/fstest"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -24,7 +25,7 @@ func Example_ownFS() {
 		fn + "class":                   {Data: []byte("0x020000\n")},
 		fn + "numa_node":               {Data: []byte("0\n")},
 	}
-	tree, err := pcie.Discover(sysfs.NewReader(root))
+	tree, err := pcie.Discover(sysread.New(root))
 	if err != nil {
 		fmt.Println(err) // one error per damaged function or file
 	}
@@ -53,7 +54,7 @@ func Example_unpackedCapture() {
 		log.Fatal(err)
 	}
 	root := os.DirFS(filepath.Join(dir, "sys")).(fs.ReadLinkFS)
-	tree, err := pcie.Discover(sysfs.NewReader(root))
+	tree, err := pcie.Discover(sysread.New(root))
 	if err != nil {
 		log.Fatal(err)
 	}

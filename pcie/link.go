@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -124,7 +125,7 @@ func parseIOMMUGroup(target string) (int, error) {
 // efakit list reads the links and IOMMU groups of the devices it shows.
 // Its errors are DeviceErrors, joined.
 func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	errs := readOptional(r, d, d.Address.String(), want&^d.Optional, nil, &nodeCPUs{})
 	d.Optional |= want
 	return errors.Join(errs...)
@@ -134,7 +135,7 @@ func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
 // function as its errors name it. cpus shares parsed CPU lists between
 // the functions of one discovery; nil parses each. nodes are the NUMA
 // nodes' CPUs, read when a numa_node cannot be.
-func readOptional(r *sysfs.Reader, d *Device, name string, want Optional, cpus map[string]CPUList, nodes *nodeCPUs) []error {
+func readOptional(r *sysread.Reader, d *Device, name string, want Optional, cpus map[string]CPUList, nodes *nodeCPUs) []error {
 	var errs []error
 	file := func(f string) string { return d.Path + "/" + f }
 	absent := func(err error) bool {
@@ -249,7 +250,7 @@ type nodeCPUs struct {
 
 // nodeOf is the one NUMA node whose CPUs are exactly cpus; NoNUMA when no
 // node's are, or several nodes' (a list that cannot be read is no match).
-func (n *nodeCPUs) nodeOf(r *sysfs.Reader, cpus CPUList) int {
+func (n *nodeCPUs) nodeOf(r *sysread.Reader, cpus CPUList) int {
 	if !n.read {
 		n.read, n.nodes = true, map[int]CPUList{}
 		ents, _ := r.ReadDir(nodeDir)

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
-	"github.com/efakit/efakit/sysfs"
 )
 
 func TestParseLinkSpeed(t *testing.T) {
@@ -91,7 +91,7 @@ func TestLinkBelowAndString(t *testing.T) {
 
 // linkTree is two functions: an EFA with all four link files and an
 // iommu_group link, and a function with neither (not PCI Express, no IOMMU).
-func linkTree(t *testing.T, edit func(b *fakesys.Builder, efaDir string)) *sysfs.Reader {
+func linkTree(t *testing.T, edit func(b *fakesys.Builder, efaDir string)) *sysread.Reader {
 	t.Helper()
 	b := fakesys.New()
 	dir := b.AddPCI(fakesys.PCI{Addr: "0000:10:1b.0", Vendor: 0x1d0f, Device: 0xefa1, Class: 0x020000, Driver: "efa", NUMA: 0, CPUs: "0-7"})
@@ -104,7 +104,7 @@ func linkTree(t *testing.T, edit func(b *fakesys.Builder, efaDir string)) *sysfs
 	if edit != nil {
 		edit(b, dir)
 	}
-	return sysfs.NewReader(b.FS())
+	return sysread.New(b.FS())
 }
 
 func TestDiscoverLinkAndIOMMU(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -47,7 +48,7 @@ type Result struct {
 // (sysfs.CheckLink), and a name that is not UTF-8 or holds a control
 // character.
 func Take(fsys fs.FS, opts Options) (*Result, error) {
-	c := &capturer{r: sysfs.NewReader(fsys), out: make(map[string]sysfs.Entry)}
+	c := &capturer{r: sysread.New(fsys), out: make(map[string]sysfs.Entry)}
 	ents, err := c.r.ReadDir(pcie.DevicesDir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
@@ -169,7 +170,7 @@ func Take(fsys fs.FS, opts Options) (*Result, error) {
 }
 
 type capturer struct {
-	r       *sysfs.Reader
+	r       *sysread.Reader
 	out     map[string]sysfs.Entry
 	skipped []string
 	errs    []error

@@ -15,6 +15,7 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/internal/gdrcases"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/snapshot"
 	"github.com/efakit/efakit/sysfs"
@@ -35,7 +36,7 @@ func scan(t *testing.T, fsys fs.ReadLinkFS) ([]view, int) {
 	tree, res, err := efa.Scan(fsys)
 	require.NoError(t, err)
 	var out []view
-	version, err := efa.ReadDriverVersion(sysfs.NewReader(fsys))
+	version, err := efa.ReadDriverVersion(sysread.New(fsys))
 	require.NoError(t, err)
 	for _, d := range res.EFAs {
 		out = append(out, view{d.Name, d.PCI.Address.String(), d.PCI.Root, d.Verbs.Name, d.Netdev, d.PCI.Driver, d.PCI.NUMANode, len(d.PCI.Bridges()),
@@ -196,7 +197,7 @@ func TestSnapshotGPUDirect(t *testing.T) {
 	judge := func(t *testing.T, root fs.ReadLinkFS, proc fs.FS) []gpudirect.Pair {
 		topo, err := topology.Scan(root)
 		require.NoError(t, err)
-		r := sysfs.NewReader(root)
+		r := sysread.New(root)
 		pairs, _, err := gpudirect.Judge(r, topo, proc)
 		require.NoError(t, err)
 		for i := range pairs {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -321,7 +322,7 @@ func TestCaptureLongestLine(t *testing.T) {
 	t.Parallel()
 	m, err := sysfs.ReadCapture(strings.NewReader(capture(t, nil, tree())))
 	require.NoError(t, err)
-	r := sysfs.NewReader(m)
+	r := sysread.New(m)
 	_, err = r.ReadFile("big")
 	assert.ErrorIs(t, err, sysfs.ErrTooLarge)
 	b, err := r.ReadFile("exact")
@@ -479,7 +480,7 @@ func FuzzParseCapture(f *testing.F) {
 			t.Fatalf("a capture without its end marker read:\n%s", cut)
 		}
 		// Resolving every path terminates and never panics.
-		r := sysfs.NewReader(m)
+		r := sysread.New(m)
 		for _, e := range c.Entries {
 			_, _ = r.Resolve(e.Path)
 			_, _ = r.ReadFile(e.Path)

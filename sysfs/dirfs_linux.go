@@ -109,7 +109,7 @@ func (d *dirFS) openat2(op, name string, flags uint64) (int, error) {
 	case err == nil:
 		return fd, nil
 	case err == unix.ELOOP:
-		return -1, &fs.PathError{Op: op, Path: name, Err: errLinkInPath}
+		return -1, &fs.PathError{Op: op, Path: name, Err: ErrLinkInPath}
 	case err == unix.EXDEV:
 		return -1, &fs.PathError{Op: op, Path: name, Err: ErrEscapesRoot}
 	}

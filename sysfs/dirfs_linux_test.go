@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -111,7 +112,7 @@ func TestNotRegularInDirRoot(t *testing.T) {
 				assert.ErrorIs(t, err, sysfs.ErrNotRegular)
 				assert.ErrorContains(t, err, attr)
 
-				r := sysfs.NewReader(root)
+				r := sysread.New(root)
 				for _, via := range []string{attr, "class/" + name} {
 					err := prompt(t, "read "+via, release, func() error {
 						_, err := r.ReadFile(via)
@@ -126,10 +127,10 @@ func TestNotRegularInDirRoot(t *testing.T) {
 				assert.False(t, fi.Mode().IsRegular() || fi.IsDir(), "%s is %v", attr, fi.Mode())
 			})
 		}
-		ents, err := sysfs.NewReader(root).ReadDir("devices/x")
+		ents, err := sysread.New(root).ReadDir("devices/x")
 		require.NoError(t, err, kind)
 		assert.Len(t, ents, len(specials)+1, kind)
-		s, err := sysfs.NewReader(root).ReadString("devices/x/vendor")
+		s, err := sysread.New(root).ReadString("devices/x/vendor")
 		require.NoError(t, err, kind)
 		assert.Equal(t, "0x1d0f", s, kind)
 	}
@@ -235,7 +236,7 @@ func TestLinkInPathConfined(t *testing.T) {
 	// The Reader, on either root, resolves the inside link and refuses
 	// the outside one.
 	for kind, root := range map[string]*sysfs.Root{"openat2": d, "os.Root": o} {
-		r := sysfs.NewReader(root)
+		r := sysread.New(root)
 		target, err := r.ReadLink("class/in/link")
 		require.NoError(t, err, kind)
 		assert.Equal(t, "secret", target, kind)

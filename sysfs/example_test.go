@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -17,7 +18,7 @@ func ExampleOpen() {
 		log.Fatal(err)
 	}
 	defer root.Close()
-	r := sysfs.NewReader(root)
+	r := sysread.New(root)
 	const fn = "bus/pci/devices/0000:4f:00.0"
 	dir, err := r.Resolve(fn)
 	if err != nil {
@@ -59,7 +60,7 @@ func ExampleReader() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	for _, fn := range []string{"0000:00:06.0", "0000:00:07.0"} {
 		v, err := r.ReadString("bus/pci/devices/" + fn + "/vendor")
 		switch {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -31,7 +32,7 @@ func TestReaderClimbsAfterLink(t *testing.T) {
 	for kind, fsys := range roots(t, es) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			r := sysfs.NewReader(fsys)
+			r := sysread.New(fsys)
 			s, err := r.ReadString("d/in")
 			require.NoError(t, err)
 			assert.Equal(t, "kernel", s)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -34,7 +35,7 @@ func TestReaderOpensWithoutResolving(t *testing.T) {
 	for kind, fsys := range roots(t, es) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			r := sysfs.NewReader(fsys)
+			r := sysread.New(fsys)
 			ents, err := r.ReadDirLinks("bus/pci/devices")
 			require.NoError(t, err)
 			require.Len(t, ents, 4)
@@ -83,7 +84,7 @@ func TestReaderRemembersMisses(t *testing.T) {
 	m, err := sysfs.NewMemFS(tree())
 	require.NoError(t, err)
 	c := testfixture.NewCountFS(m)
-	r := sysfs.NewReader(c)
+	r := sysread.New(c)
 	for range 3 {
 		_, err := r.ReadString("devices/none/vendor")
 		assert.ErrorIs(t, err, fs.ErrNotExist)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/efakit/efakit/internal/linkpath"
 )
 
 // MemFS is an in-memory sysfs tree built from capture entries. It keeps
@@ -154,7 +156,7 @@ func (m *MemFS) lookup(op, name string, follow bool) (*node, error) {
 	if n := m.get(name); n != nil && (n.kind != KindLink || !follow) {
 		return n, nil
 	}
-	todo := splitPath(name)
+	todo := linkpath.Split(name)
 	var stack []*node // ancestors of cur, for ".."
 	cur := m.root
 	hops := 0
@@ -186,7 +188,7 @@ func (m *MemFS) lookup(op, name string, follow bool) (*node, error) {
 			if path.IsAbs(next.target) {
 				return nil, &fs.PathError{Op: op, Path: name, Err: ErrEscapesRoot}
 			}
-			todo = append(splitPath(next.target), todo...)
+			todo = append(linkpath.Split(next.target), todo...)
 			continue
 		}
 		stack = append(stack, cur)
@@ -232,7 +234,7 @@ func (m *MemFS) OpenNoFollow(name string) (fs.File, error) {
 }
 
 // noFollow finds name when no component of it is a symbolic link, as
-// openat2(2) with RESOLVE_NO_SYMLINKS does: errLinkInPath at the first
+// openat2(2) with RESOLVE_NO_SYMLINKS does: ErrLinkInPath at the first
 // link on the way, whatever lies beyond it; fs.ErrNotExist when a
 // component is missing before any link.
 func (m *MemFS) noFollow(op, name string) (*node, error) {
@@ -241,7 +243,7 @@ func (m *MemFS) noFollow(op, name string) (*node, error) {
 	}
 	if n := m.get(name); n != nil {
 		if n.kind == KindLink {
-			return nil, &fs.PathError{Op: op, Path: name, Err: errLinkInPath}
+			return nil, &fs.PathError{Op: op, Path: name, Err: ErrLinkInPath}
 		}
 		return n, nil
 	}
@@ -256,7 +258,7 @@ func (m *MemFS) noFollow(op, name string) (*node, error) {
 		case n == nil:
 			return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
 		case n.kind == KindLink:
-			return nil, &fs.PathError{Op: op, Path: name, Err: errLinkInPath}
+			return nil, &fs.PathError{Op: op, Path: name, Err: ErrLinkInPath}
 		case n.kind != KindDir:
 			return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%s is not a directory", name[:i])}
 		}

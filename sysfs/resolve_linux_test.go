@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -136,7 +137,7 @@ func FuzzResolveAsKernel(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer root.Close()
-		r := sysfs.NewReader(root)
+		r := sysread.New(root)
 		for _, l := range links {
 			for _, name := range []string{l.Path, l.Path + "/f", l.Path + "/c"} {
 				got, rerr := r.Resolve(name)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/efakit/efakit/internal/fserr"
 )
 
 // Root is an opened sysfs root: a live tree such as /sys, an unpacked
@@ -97,7 +99,7 @@ func (f rootFS) Open(name string) (fs.File, error) {
 	}
 	if err != nil {
 		file.Close()
-		return nil, &fs.PathError{Op: "open", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fserr.Cause(err)}
 	}
 	return file, nil
 }
@@ -110,7 +112,7 @@ func (f rootFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	defer file.Close()
 	ents, err := file.(*os.File).ReadDir(-1)
 	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fserr.Cause(err)}
 	}
 	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return ents, nil
@@ -189,7 +191,7 @@ func OpenCapture(name string) (*Root, error) {
 		err = notRegular(fi.Mode())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open sysfs capture: %w", &fs.PathError{Op: "open", Path: name, Err: stripPathError(err)})
+		return nil, fmt.Errorf("open sysfs capture: %w", &fs.PathError{Op: "open", Path: name, Err: fserr.Cause(err)})
 	}
 	m, err := ReadCapture(f)
 	if err != nil {

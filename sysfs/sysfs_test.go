@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -64,7 +65,7 @@ func TestReaderResolve(t *testing.T) {
 	for kind, fsys := range roots(t, tree()) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			r := sysfs.NewReader(fsys)
+			r := sysread.New(fsys)
 			for _, tc := range []struct {
 				name, want string
 				err        error
@@ -102,7 +103,7 @@ func TestReaderReadFile(t *testing.T) {
 	for kind, fsys := range roots(t, tree()) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			r := sysfs.NewReader(fsys)
+			r := sysread.New(fsys)
 			s, err := r.ReadString("bus/pci/devices/0000:44:00.0/vendor")
 			require.NoError(t, err)
 			assert.Equal(t, "0x1d0f", s)
@@ -141,7 +142,7 @@ func TestWriteOnlyFile(t *testing.T) {
 	// tree can show a write-only sysfs attribute's EACCES here.
 	m, err := sysfs.NewMemFS(tree())
 	require.NoError(t, err)
-	_, err = sysfs.NewReader(m).ReadFile("devices/pci0000:44/0000:44:00.0/remove")
+	_, err = sysread.New(m).ReadFile("devices/pci0000:44/0000:44:00.0/remove")
 	assert.ErrorIs(t, err, fs.ErrPermission)
 	assert.Contains(t, err.Error(), "devices/pci0000:44/0000:44:00.0/remove")
 }
@@ -170,7 +171,7 @@ func TestOpen(t *testing.T) {
 	for _, p := range []string{capture, filepath.Join(dir, "sys")} {
 		r, err := sysfs.Open(p)
 		require.NoError(t, err)
-		s, err := sysfs.NewReader(r).ReadString("class/chain/a/vendor")
+		s, err := sysread.New(r).ReadString("class/chain/a/vendor")
 		require.NoError(t, err)
 		assert.Equal(t, "0x1d0f", s)
 		assert.NoError(t, r.Close())
@@ -187,7 +188,7 @@ func TestReaderCachesMetadata(t *testing.T) {
 	m, err := sysfs.NewMemFS(tree())
 	require.NoError(t, err)
 	c := testfixture.NewCountFS(m)
-	r := sysfs.NewReader(c)
+	r := sysread.New(c)
 	for range 3 {
 		_, err := r.ReadString("class/chain/a/vendor")
 		require.NoError(t, err)

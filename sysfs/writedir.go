@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/efakit/efakit/internal/linkpath"
+	"github.com/efakit/efakit/internal/names"
 )
 
 // WriteDir unpacks entries into the new directory dir, creating files,
@@ -149,15 +152,15 @@ func CheckLink(p, target string) error {
 		return fmt.Errorf("link %q: invalid path", p)
 	}
 	refuse := func(why string) error {
-		return fmt.Errorf("%w (%s -> %s): %s", ErrEscapesRoot, shown(p), shown(target), why)
+		return fmt.Errorf("%w (%s -> %s): %s", ErrEscapesRoot, names.Printable(p), names.Printable(target), why)
 	}
 	if target == "" {
-		return fmt.Errorf("link %s: empty target", shown(p))
+		return fmt.Errorf("link %s: empty target", names.Printable(p))
 	}
 	if path.IsAbs(target) {
 		return refuse("absolute target")
 	}
-	if climbsAfterName(target) {
+	if linkpath.ClimbsAfterName(target) {
 		return refuse(`".." after a name`)
 	}
 	if j := path.Join(path.Dir(p), target); j == ".." || strings.HasPrefix(j, "../") {

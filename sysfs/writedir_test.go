@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -122,7 +123,7 @@ func TestWriteDirLinksStayInside(t *testing.T) {
 	r, err := sysfs.OpenDir(dir)
 	require.NoError(t, err)
 	defer r.Close()
-	s, err := sysfs.NewReader(r).ReadString("bus/pci/devices/x/vendor")
+	s, err := sysread.New(r).ReadString("bus/pci/devices/x/vendor")
 	require.NoError(t, err)
 	assert.Equal(t, "0x1d0f", s)
 }

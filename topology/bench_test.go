@@ -5,6 +5,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/host"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -29,7 +30,7 @@ func BenchmarkTopology(b *testing.B) {
 				}
 			}
 		})
-		r := sysfs.NewReader(root)
+		r := sysread.New(root)
 		tree, _ := pcie.Discover(r)
 		res, _ := efa.Discover(r, tree)
 		h, _ := host.Read(r)

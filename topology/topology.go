@@ -15,9 +15,9 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/host"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
-	"github.com/efakit/efakit/sysfs"
 )
 
 // Kind is what a device of the topology is.
@@ -110,7 +110,7 @@ type Topology struct {
 // and neuron.ClassDevice says what was read). pcie.Discover, efa.Scan and
 // neuron.ReadClass read everything.
 func Scan(fsys fs.FS) (*Topology, error) {
-	r := sysfs.NewReader(fsys)
+	r := sysread.New(fsys)
 	tree, perr := pcie.DiscoverOnly(r, placedAttrs)
 	res, eerr := efa.DiscoverOnly(r, tree, 0)
 	h, herr := host.Read(r)

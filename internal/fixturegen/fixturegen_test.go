@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/efakit/efakit/internal/fixturegen/machines"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -49,7 +50,7 @@ func TestDeterministic(t *testing.T) {
 // tree is one generated fixture, parsed back.
 type tree struct {
 	entries []sysfs.Entry
-	r       *sysfs.Reader
+	r       *sysread.Reader
 }
 
 func load(t *testing.T, name string, data []byte) *tree {
@@ -62,7 +63,7 @@ func load(t *testing.T, name string, data []byte) *tree {
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	return &tree{entries: es, r: sysfs.NewReader(m)}
+	return &tree{entries: es, r: sysread.New(m)}
 }
 
 func (tr *tree) read(t *testing.T, p string) string {

@@ -66,6 +66,8 @@ var Allowed = map[string][]string{
 	// Tools and test support.
 	"plugin/allocfeatures": nil,
 	"internal/apicheck":    nil,
+	"internal/sysread":     {"sysfs"},
+	"internal/linkpath":    nil,
 	"internal/names":       nil,
 	"internal/fserr":       nil,
 	// Vendor and device names from pci.ids (jaypipes/pcidb): apart, so
@@ -102,5 +104,6 @@ var NoCluster = []string{"sysfs", "pcie", "efa", "host", "internal/uevent", "neu
 var NoKubernetes = []string{"sysfs", "pcie", "efa", "host", "internal/uevent", "neuron", "topology", "snapshot"}
 
 // Everywhere are the packages at the bottom, which any package may import:
-// the name checks and the PathError stripping every reader shares.
-var Everywhere = []string{"internal/names", "internal/fserr"}
+// the name checks, the PathError stripping and the link-resolving reader
+// (at sysfs's level) every reader shares.
+var Everywhere = []string{"internal/names", "internal/fserr", "internal/linkpath", "internal/sysread"}

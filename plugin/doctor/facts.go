@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -32,7 +33,7 @@ type facts struct {
 	env map[string]string
 	// sysfs reads what efa.Scan does not: module/ and
 	// class/infiniband_verbs/.
-	sysfs *sysfs.Reader
+	sysfs *sysread.Reader
 
 	efas     []*efa.Device
 	gpus     []*pcie.Device // NVIDIA GPUs of the PCI tree
@@ -87,7 +88,7 @@ type nodeProbe struct {
 
 // gather reads everything the checks share.
 func gather(ctx context.Context, o Options) *facts {
-	f := &facts{ctx: ctx, o: o, env: envMap(o.Environ), sysfs: sysfs.NewReader(o.Sysfs)}
+	f := &facts{ctx: ctx, o: o, env: envMap(o.Environ), sysfs: sysread.New(o.Sysfs)}
 	tree, res, err := efa.Scan(o.Sysfs)
 	f.tree, f.efaRes = tree, res
 	if res != nil {

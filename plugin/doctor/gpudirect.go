@@ -7,7 +7,7 @@ import (
 
 	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/host"
-	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -24,7 +24,7 @@ func (f *facts) gpuDirect() Check {
 	}
 	// The topology of the tree and EFAs efa.Scan found: the judgement
 	// needs only GPUs, EFAs and the instance type, so no Neuron class.
-	r := sysfs.NewReader(f.o.Sysfs)
+	r := sysread.New(f.o.Sysfs)
 	h, _ := host.Read(r) // the instance type; a damaged file leaves it unknown
 	topo := topology.Build(f.tree, f.efaRes, h, nil)
 	// A file not read is a fact unknown, in the findings.

@@ -11,9 +11,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/plugin/driver/inventory"
 	"github.com/efakit/efakit/plugin/driver/resources"
-	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -201,7 +201,7 @@ func (p *Plugin) assessGPUDirect(topo *topology.Topology) (map[string][]gpudirec
 	if len(topo.Of(topology.KindGPU)) == 0 {
 		return nil, nil
 	}
-	r := sysfs.NewReader(p.sysfs)
+	r := sysread.New(p.sysfs)
 	n, nerr := gpudirect.ReadNode(r, p.proc)
 	pairs, err := gpudirect.Assess(r, topo, n)
 	out := map[string][]gpudirect.Pair{}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/efakit/efakit/internal/pciids"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
@@ -66,7 +67,7 @@ func loadInstanceType(name string) (*instanceType, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	tree, err := pcie.Discover(sysfs.NewReader(root))
+	tree, err := pcie.Discover(sysread.New(root))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

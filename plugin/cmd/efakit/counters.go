@@ -18,6 +18,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -132,7 +133,7 @@ func runCounters(ctx context.Context, env countersEnv, o countersOpts, stdout, s
 	printNote(stderr, prefix, root)
 	// Discovery reads no optional attribute: counters need the RDMA
 	// device's directory and its ports, nothing else.
-	r := sysfs.NewReader(root)
+	r := sysread.New(root)
 	tree, perr := pcie.DiscoverOnly(r, func(*pcie.Device) pcie.Optional { return 0 })
 	res, eerr := efa.DiscoverOnly(r, tree, 0)
 	errs := &errorPrinter{w: stderr, prefix: prefix, seen: map[string]bool{}}

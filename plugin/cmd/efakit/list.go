@@ -12,6 +12,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/pciids"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -104,7 +105,7 @@ func iommuGroup(d *pcie.Device) *int {
 // readDetails reads what topology.Scan leaves out and list and topo -o
 // json show: the PCIe link and IOMMU group of each device, and an EFA's
 // gdr file. Errors name the device and the file.
-func readDetails(r *sysfs.Reader, t *topology.Topology) error {
+func readDetails(r *sysread.Reader, t *topology.Topology) error {
 	var errs []error
 	for _, d := range t.Devices {
 		if d.PCI != nil {
@@ -192,7 +193,7 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 	defer r.Close()
 	printNote(stderr, "efakit list", r)
 	topo, scanErr := topology.Scan(r)
-	sr := sysfs.NewReader(r)
+	sr := sysread.New(r)
 	version, verErr := efa.ReadDriverVersion(sr)
 	scanErr = errors.Join(scanErr, readDetails(sr, topo), verErr)
 	// The table prints no names. JSON and YAML do: the built-in ones, or

@@ -14,6 +14,7 @@ import (
 	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/internal/pciids"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -175,7 +176,7 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	t, scanErr := topology.Scan(r)
 	// One Reader for the details and the GPUDirect judgement, which reads
 	// the efa driver's version the JSON prints.
-	sr := sysfs.NewReader(r)
+	sr := sysread.New(r)
 	pairs, node, err := assessGPUDirect(sr, t, *root, *proc)
 	scanErr = errors.Join(scanErr, err)
 	// Only the JSON prints names (the matrix has none), links, IOMMU
@@ -301,7 +302,7 @@ func printMatrix(w io.Writer, t *topology.Topology, v topoView) {
 
 // assessGPUDirect judges each GPU with its closest EFAs (gpudirect.Judge);
 // proc is read when given, or when the root is the live /sys.
-func assessGPUDirect(r *sysfs.Reader, t *topology.Topology, root, proc string) ([]gpudirect.Pair, gpudirect.Node, error) {
+func assessGPUDirect(r *sysread.Reader, t *topology.Topology, root, proc string) ([]gpudirect.Pair, gpudirect.Node, error) {
 	if proc == "" && filepath.Clean(root) == "/sys" {
 		proc = "/proc"
 	}

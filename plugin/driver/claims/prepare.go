@@ -15,11 +15,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/inventory"
 	"github.com/efakit/efakit/plugin/driver/resources"
-	"github.com/efakit/efakit/sysfs"
 )
 
 // cdiRequests groups a claim's EFAs by request for its CDI spec: one CDI
@@ -255,7 +255,7 @@ func (s *State) prepare(ctx context.Context, snap *inventory.Snapshot, b *batch,
 	}
 	held := s.held("")
 	claim := checkpoint.Claim{UID: uid, Namespace: c.Namespace, Name: c.Name}
-	r := sysfs.NewReader(s.files.Sysfs)
+	r := sysread.New(s.files.Sysfs)
 	for _, w := range want {
 		inv, ok := snap.Devices[w.Device]
 		if !ok || inv.Uverbs == "" {

@@ -11,13 +11,13 @@ import (
 	"slices"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/events"
 	"github.com/efakit/efakit/plugin/driver/inventory"
 	"github.com/efakit/efakit/plugin/driver/podresources"
-	"github.com/efakit/efakit/sysfs"
 )
 
 // After the efa or ib_uverbs module is reloaded, the kernel numbers the
@@ -96,7 +96,7 @@ func (s *State) reportRenumbered(ctx context.Context, claims []claimRenumbered) 
 }
 
 // readCurrent reads an EFA's RDMA device and uverbs device from sysfs now.
-func readCurrent(r *sysfs.Reader, pciAddress string) (efa.Current, error) {
+func readCurrent(r *sysread.Reader, pciAddress string) (efa.Current, error) {
 	a, err := pcie.ParseAddress(pciAddress)
 	if err != nil {
 		return efa.Current{}, err
@@ -132,7 +132,7 @@ func (s *State) refresh(ctx context.Context, c checkpoint.Claim) (checkpoint.Cla
 // with the call's other changes.
 func (s *State) refreshIn(ctx context.Context, b *batch, c checkpoint.Claim) (checkpoint.Claim, []renumbering, error) {
 	logger := klog.FromContext(ctx)
-	r := sysfs.NewReader(s.files.Sysfs)
+	r := sysread.New(s.files.Sysfs)
 	var moved []renumbering
 	devs := slices.Clone(c.Devices)
 	for i, d := range devs {

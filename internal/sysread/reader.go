@@ -1,14 +1,12 @@
-// Package sysfs opens a Linux sysfs tree, live or captured, and reads it
-// safely: every symbolic link is resolved inside the root, a link that leaves
-// the root, loops or dangles is an error for that entry, and no file is read
-// without a size bound.
-//
-// Every path in this package is relative to the sysfs root and slash
-// separated: "bus/pci/devices", never "/sys/bus/pci/devices". The live
-// machine is Open("/sys"); a capture file written by Snapshot is Open of that
-// file. Both give an fs.ReadLinkFS that the other packages of efakit read
-// through a Reader.
-package sysfs
+// Package sysread is how efakit's readers read a sysfs root: every
+// symbolic link resolved inside the root, a link that leaves the root,
+// loops or dangles an error for that entry, no file read without a size
+// bound, and what one pass learned (which entries are links, where they
+// point, what a directory holds) remembered, so that one discovery never
+// asks the file system the same question twice. A Reader is an
+// fs.ReadLinkFS, and New of a Reader is that Reader: the readers of one
+// pass (pcie, efa, host, neuron) share it through their fs.FS arguments.
+package sysread
 
 import (
 	"bytes"
@@ -17,39 +15,17 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
-)
 
-// MaxFileSize bounds every read. sysfs text attributes are at most one page
-// (4 KiB); a file larger than this is damage, not data, and is reported with
-// ErrTooLarge instead of being cut silently.
-const MaxFileSize = 64 << 10
+	"github.com/efakit/efakit/internal/fserr"
+	"github.com/efakit/efakit/internal/linkpath"
+	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/sysfs"
+)
 
 // maxLinkHops is the number of symbolic links followed while resolving one
 // path, as the kernel's MAXSYMLINKS.
 const maxLinkHops = 40
-
-// Errors a caller can branch on. They are wrapped in a *fs.PathError that
-// names the offending entry.
-var (
-	// ErrEscapesRoot: a symbolic link (or "..") points outside the root.
-	ErrEscapesRoot = errors.New("link leaves the sysfs root")
-	// ErrLinkLoop: more than 40 links were followed while resolving a path.
-	ErrLinkLoop = errors.New("too many levels of symbolic links")
-	// ErrDanglingLink: a symbolic link points at nothing. It also matches
-	// fs.ErrNotExist.
-	ErrDanglingLink = fmt.Errorf("dangling symbolic link: %w", fs.ErrNotExist)
-	// ErrTooLarge: a file holds more than MaxFileSize bytes.
-	ErrTooLarge = fmt.Errorf("file larger than %d bytes", MaxFileSize)
-	// ErrNotRegular: a named pipe, socket or device where sysfs has a
-	// regular file or a directory. A directory root refuses to open one
-	// (a named pipe would block the reader for ever); so does Open for a
-	// capture path.
-	ErrNotRegular = errors.New("not a regular file or directory")
-)
 
 // Reader reads one sysfs root. It remembers what it has learned about the
 // tree (which entries are links, where they point, what a directory holds),
@@ -76,16 +52,16 @@ type Reader struct {
 	buf []byte
 }
 
-// NewReader returns a Reader of fsys: any fs.FS, such as os.DirFS("/sys"),
+// New returns a Reader of fsys: any fs.FS, such as os.DirFS("/sys"),
 // a Root, a MemFS or an fstest.MapFS. A Reader is itself an fs.ReadLinkFS,
-// and NewReader of a Reader returns that Reader, so that the readers of
+// and New of a Reader returns that Reader, so that the readers of
 // one pass (pcie, efa, host, neuron) share what it learned. A root that
 // cannot read links (no fs.ReadLinkFS) fails at the first link.
-func NewReader(fsys fs.FS) *Reader {
+func New(fsys fs.FS) *Reader {
 	if r, ok := fsys.(*Reader); ok {
 		return r
 	}
-	if root, ok := fsys.(*Root); ok {
+	if root, ok := fsys.(*sysfs.Root); ok {
 		fsys = root.ReadLinkFS // its optional interfaces, such as noFollowOpener
 	}
 	rl, ok := fsys.(fs.ReadLinkFS)
@@ -123,11 +99,11 @@ func (n noLinkFS) Lstat(name string) (fs.FileInfo, error) { return fs.Stat(n.FS,
 func (r *Reader) Open(name string) (fs.File, error) {
 	p, err := r.Resolve(name)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fserr.Cause(err)}
 	}
 	f, err := r.fsys.Open(p)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fserr.Cause(err)}
 	}
 	return f, nil
 }
@@ -141,18 +117,18 @@ func (r *Reader) Lstat(name string) (fs.FileInfo, error) {
 	dir, base := path.Split(name)
 	rdir, err := r.Resolve(path.Clean(dir + "."))
 	if err != nil {
-		return nil, &fs.PathError{Op: "lstat", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fserr.Cause(err)}
 	}
 	fi, err := r.fsys.Lstat(path.Join(rdir, base))
 	if err != nil {
-		return nil, &fs.PathError{Op: "lstat", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fserr.Cause(err)}
 	}
 	return fi, nil
 }
 
 // Resolve returns the path of name with every symbolic link resolved, all
 // inside the root. The result names the entry itself; when name is a link to
-// nothing, Resolve fails with ErrDanglingLink.
+// nothing, Resolve fails with sysfs.ErrDanglingLink.
 func (r *Reader) Resolve(name string) (string, error) {
 	if p, ok := r.real[name]; ok {
 		return p, nil
@@ -199,7 +175,7 @@ func (r *Reader) resolve(name string, hops *int, via string) (string, error) {
 	k, err := r.kindOf(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) && via != "" {
-			return "", linkErr(ErrDanglingLink, via)
+			return "", linkErr(sysfs.ErrDanglingLink, via)
 		}
 		return "", err
 	}
@@ -209,23 +185,23 @@ func (r *Reader) resolve(name string, hops *int, via string) (string, error) {
 	}
 	*hops++
 	if *hops > maxLinkHops {
-		return "", linkErr(ErrLinkLoop, p)
+		return "", linkErr(sysfs.ErrLinkLoop, p)
 	}
 	target, err := r.readLink(p)
 	if err != nil {
 		return "", err
 	}
-	via = p + " -> " + shown(target)
+	via = p + " -> " + names.Printable(target)
 	if path.IsAbs(target) {
-		return "", linkErr(ErrEscapesRoot, via)
+		return "", linkErr(sysfs.ErrEscapesRoot, via)
 	}
 	var rp string
-	if climbsAfterName(target) {
+	if linkpath.ClimbsAfterName(target) {
 		rp, err = r.follow(path.Dir(p), target, hops, via)
 	} else {
 		j := path.Join(path.Dir(p), target)
 		if j == ".." || strings.HasPrefix(j, "../") {
-			return "", linkErr(ErrEscapesRoot, via)
+			return "", linkErr(sysfs.ErrEscapesRoot, via)
 		}
 		rp, err = r.resolve(j, hops, via)
 	}
@@ -234,25 +210,6 @@ func (r *Reader) resolve(name string, hops *int, via string) (string, error) {
 	}
 	r.real[name] = rp
 	return rp, nil
-}
-
-// climbsAfterName reports whether target has ".." after a name ("m/.."),
-// which the kernel applies after following m if m is a link: joining it
-// lexically would give another answer. sysfs's own links never do.
-func climbsAfterName(target string) bool {
-	named := false
-	for c := range strings.SplitSeq(target, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			if named {
-				return true
-			}
-		default:
-			named = true
-		}
-	}
-	return false
 }
 
 // follow resolves target from the resolved directory dir as the kernel
@@ -276,7 +233,7 @@ func (r *Reader) follow(dir, target string, hops *int, via string) (string, erro
 				cur, names = rp, nil
 			}
 			if cur == "." {
-				return "", linkErr(ErrEscapesRoot, via)
+				return "", linkErr(sysfs.ErrEscapesRoot, via)
 			}
 			cur = path.Dir(cur)
 		default:
@@ -286,27 +243,11 @@ func (r *Reader) follow(dir, target string, hops *int, via string) (string, erro
 	return r.resolve(path.Join(append([]string{cur}, names...)...), hops, via)
 }
 
-// shown returns s as it is when it is printable UTF-8, quoted otherwise,
-// so that an error naming a link target of a damaged tree stays one line.
-func shown(s string) string {
-	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
-		return s
-	}
-	return strconv.Quote(s)
-}
-
 func linkErr(err error, via string) error {
 	if via == "" {
 		return err
 	}
 	return fmt.Errorf("%w (%s)", err, via)
-}
-
-func splitPath(p string) []string {
-	if p == "" || p == "." {
-		return nil
-	}
-	return strings.Split(p, "/")
 }
 
 // kindOf returns the type of p, whose parent must be resolved already.
@@ -319,7 +260,7 @@ func (r *Reader) kindOf(p string) (fs.FileMode, error) {
 	}
 	fi, err := r.fsys.Lstat(p)
 	if err != nil {
-		err = stripPathError(err)
+		err = fserr.Cause(err)
 		if errors.Is(err, fs.ErrNotExist) {
 			r.gone["\x00"+p] = err
 		}
@@ -336,20 +277,10 @@ func (r *Reader) readLink(p string) (string, error) {
 	}
 	t, err := r.fsys.ReadLink(p)
 	if err != nil {
-		return "", stripPathError(err)
+		return "", fserr.Cause(err)
 	}
 	r.link[p] = t
 	return t, nil
-}
-
-// stripPathError keeps the cause of a *fs.PathError so that the caller can
-// wrap it with the path it was asked about.
-func stripPathError(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // ReadLink returns the target of the symbolic link name, whose parent
@@ -391,7 +322,7 @@ func (r *Reader) ReadDirLinks(name string) ([]fs.DirEntry, error) {
 }
 
 // noFollowLister lists a directory only when no component of its path is
-// a symbolic link, failing with errLinkInPath otherwise.
+// a symbolic link, failing with sysfs.ErrLinkInPath otherwise.
 type noFollowLister interface {
 	ReadDirNoFollow(name string) ([]fs.DirEntry, error)
 }
@@ -430,8 +361,8 @@ func (r *Reader) readDir(name string, links bool) ([]fs.DirEntry, string, error)
 					r.learnDir(name, p)
 					r.remember(p, ents, targets)
 					return ents, p, nil
-				case hops == 0 && errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errLinkInPath):
-					e := &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+				case hops == 0 && errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrLinkInPath):
+					e := &fs.PathError{Op: "readdir", Path: name, Err: fserr.Cause(err)}
 					r.gone[name] = e
 					return nil, "", e
 				}
@@ -447,7 +378,7 @@ func (r *Reader) readDir(name string, links bool) ([]fs.DirEntry, string, error)
 	}
 	ents, err := r.listDir(p)
 	if err != nil {
-		return nil, "", &fs.PathError{Op: "readdir", Path: name, Err: stripPathError(err)}
+		return nil, "", &fs.PathError{Op: "readdir", Path: name, Err: fserr.Cause(err)}
 	}
 	return ents, p, nil
 }
@@ -499,7 +430,7 @@ func (r *Reader) guess(name string) (p string, hops int, ok bool) {
 		p := join(cur, c)
 		if r.kind[p] == fs.ModeSymlink {
 			t, ok := r.link[p]
-			if !ok || path.IsAbs(t) || climbsAfterName(t) {
+			if !ok || path.IsAbs(t) || linkpath.ClimbsAfterName(t) {
 				return "", 0, false
 			}
 			if hops++; hops > maxLinkHops {
@@ -572,12 +503,8 @@ func (r *Reader) remember(p string, ents []fs.DirEntry, targets map[string]strin
 	r.dirs[p] = ents
 }
 
-// errLinkInPath is what a noFollowOpener returns for a path that holds a
-// symbolic link anywhere.
-var errLinkInPath = errors.New("path holds a symbolic link")
-
 // noFollowOpener opens a path only when none of its components is a
-// symbolic link, failing with errLinkInPath otherwise. With it, reading a
+// symbolic link, failing with sysfs.ErrLinkInPath otherwise. With it, reading a
 // file in a resolved directory costs one open, not a lstat and an open.
 type noFollowOpener interface {
 	OpenNoFollow(name string) (fs.File, error)
@@ -588,7 +515,7 @@ type noFollowOpener interface {
 const pageSize = 4096
 
 // ReadFile returns the contents of name, resolved inside the root, failing
-// with ErrTooLarge past MaxFileSize bytes.
+// with sysfs.ErrTooLarge past sysfs.MaxFileSize bytes.
 func (r *Reader) ReadFile(name string) ([]byte, error) {
 	b, err := r.read(name)
 	if err != nil {
@@ -611,18 +538,18 @@ func (r *Reader) read(name string) ([]byte, error) {
 	}
 	n, err := f.Read(r.buf)
 	if err != nil && err != io.EOF {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "read", Path: name, Err: fserr.Cause(err)}
 	}
 	if n < len(r.buf) {
 		return r.buf[:n], nil
 	}
-	rest, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1-int64(n)))
+	rest, err := io.ReadAll(io.LimitReader(f, sysfs.MaxFileSize+1-int64(n)))
 	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "read", Path: name, Err: fserr.Cause(err)}
 	}
 	b := append(bytes.Clone(r.buf[:n]), rest...)
-	if len(b) > MaxFileSize {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: ErrTooLarge}
+	if len(b) > sysfs.MaxFileSize {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: sysfs.ErrTooLarge}
 	}
 	return b, nil
 }
@@ -643,12 +570,12 @@ func (r *Reader) open(name string) (fs.File, error) {
 				case err == nil:
 					r.learn(name, p)
 					return f, nil
-				case errors.Is(err, errLinkInPath):
+				case errors.Is(err, sysfs.ErrLinkInPath):
 					if _, ok := r.real[path.Dir(p)]; ok && hops == 0 {
 						r.kind[p] = fs.ModeSymlink // the only unknown component
 					}
 				case hops == 0 && errors.Is(err, fs.ErrNotExist):
-					e := &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+					e := &fs.PathError{Op: "read", Path: name, Err: fserr.Cause(err)}
 					r.gone[name] = e
 					return nil, e
 				}
@@ -667,7 +594,7 @@ func (r *Reader) open(name string) (fs.File, error) {
 	}
 	f, err := r.fsys.Open(p)
 	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: stripPathError(err)}
+		return nil, &fs.PathError{Op: "read", Path: name, Err: fserr.Cause(err)}
 	}
 	return f, nil
 }
@@ -689,7 +616,7 @@ func (r *Reader) Exists(name string) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
-	if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrDanglingLink) {
+	if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
 		return false, nil
 	}
 	return false, err
