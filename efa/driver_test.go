@@ -103,18 +103,23 @@ func TestGDR(t *testing.T) {
 
 	b = smallSwitch()
 	b.Attr(b.PCIDir("0000:47:00.0")+"/gdr", "1")
-	r := sysread.New(b.FS())
-	tree, err := pcie.DiscoverOnly(r, func(*pcie.Device) pcie.Optional { return 0 })
+	// A lean pass (the plugin's) reads only what it asks for.
+	r := sysread.NewLean(b.FS(), sysread.Lean{})
+	tree, err := pcie.Discover(r)
 	require.NoError(t, err)
-	res, err = efa.DiscoverOnly(r, tree, 0)
+	res, err = efa.Discover(r, tree)
+	require.NoError(t, err)
+	assert.Nil(t, res.EFAs[0].GDR, "not asked for")
+	res, err = efa.Discover(sysread.NewLean(b.FS(), sysread.Lean{EFA: sysread.EFAGDR}), tree)
 	require.NoError(t, err)
 	d := res.EFAs[0]
-	assert.Nil(t, d.GDR, "not asked for")
-	require.NoError(t, efa.ReadOptional(r, d, efa.OptGDR))
 	require.NotNil(t, d.GDR)
 	assert.True(t, *d.GDR)
-	assert.Equal(t, efa.OptGDR, d.Optional)
-	assert.Empty(t, d.FirmwareVer, "fw_ver still unread")
+	assert.Empty(t, d.FirmwareVer, "fw_ver not asked for")
+	// efa.Scan, the public pass, reads everything.
+	_, res, err = efa.Scan(b.FS())
+	require.NoError(t, err)
+	require.NotNil(t, res.EFAs[0].GDR)
 }
 
 func FuzzCheckDriverVersion(f *testing.F) {

@@ -79,13 +79,10 @@ type Device struct {
 	// (PCI.Path/gdr), which p2p replaced: true for "1", NVIDIA's
 	// peer-memory symbols found (GPUDirect RDMA possible), false for
 	// "0". nil where the file is absent (the in-tree driver, or 2.6.0
-	// and later), damaged or not read (OptGDR). amzn-drivers:
+	// and later) or damaged. amzn-drivers:
 	// kernel/linux/efa/src/efa_sysfs.c, commits 4f19416 (added), dc11381
 	// ("0" without the symbols) and cf3152e (replaced by p2p).
 	GDR *bool
-	// Optional says which optional attributes discovery read: all with
-	// Discover, those asked for with DiscoverOnly.
-	Optional Optional
 }
 
 // Port is one port of an RDMA device, from infiniband/<name>/ports/<n>/.
@@ -172,29 +169,32 @@ type Result struct {
 	Inactive []*pcie.Device
 }
 
-// Optional names the attributes of an EFA that discovery may leave
-// unread: nothing efakit shows or publishes uses them.
-type Optional uint8
+// optional names the attributes of an EFA that a lean pass may leave
+// unread (internal/sysread's EFA bits).
+type optional uint8
 
 const (
-	OptSysImageGUID Optional = 1 << iota // sys_image_guid: Device.SysImageGUID
-	OptFirmwareVer                       // fw_ver: Device.FirmwareVer
-	OptGDR                               // PCI.Path/gdr: Device.GDR
-	OptAll          = OptSysImageGUID | OptFirmwareVer | OptGDR
+	optSysImageGUID = optional(sysread.EFASysImageGUID) // sys_image_guid: Device.SysImageGUID
+	optFirmwareVer  = optional(sysread.EFAFirmwareVer)  // fw_ver: Device.FirmwareVer
+	optGDR          = optional(sysread.EFAGDR)          // PCI.Path/gdr: Device.GDR
+	optAll          = optional(sysread.EFAAll)
 )
 
-// Discover finds the EFAs among the functions of tree. It returns what it
-// could read, and one error per damaged device or file, joined.
+// Discover finds the EFAs among the functions of tree, each with all its
+// attributes. It returns what it could read, and one error per damaged
+// device or file, joined.
 func Discover(fsys fs.FS, tree *pcie.Tree) (*Result, error) {
 	r := sysread.New(fsys)
-	return DiscoverOnly(r, tree, OptAll)
+	want := optAll
+	if l := r.Lean(); l != nil {
+		want = optional(l.EFA)
+	}
+	return discoverOnly(r, tree, want)
 }
 
-// DiscoverOnly is Discover reading, of each EFA's optional attributes,
-// only those in want; the others stay "", and Device.Optional says which
-// were read.
-func DiscoverOnly(fsys fs.FS, tree *pcie.Tree, want Optional) (*Result, error) {
-	r := sysread.New(fsys)
+// discoverOnly is Discover reading, of each EFA's optional attributes,
+// only those in want; the others stay "".
+func discoverOnly(r *sysread.Reader, tree *pcie.Tree, want optional) (*Result, error) {
 	res := &Result{}
 	var errs []error
 	enas := enaNetdevs(r, tree, &errs)
@@ -235,9 +235,9 @@ func DiscoverOnly(fsys fs.FS, tree *pcie.Tree, want Optional) (*Result, error) {
 	return res, errors.Join(errs...)
 }
 
-func readDevice(r *sysread.Reader, pci *pcie.Device, name string, want Optional) (*Device, []error) {
+func readDevice(r *sysread.Reader, pci *pcie.Device, name string, want optional) (*Device, []error) {
 	ib := pci.Path + "/infiniband/" + name
-	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib, Optional: want}
+	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib}
 	var errs []error
 	fail := func(file string, err error) {
 		errs = append(errs, &Error{Device: name, File: file, Err: fserr.Cause(err)})
@@ -288,18 +288,8 @@ func readDevice(r *sysread.Reader, pci *pcie.Device, name string, want Optional)
 	return d, errs
 }
 
-// ReadOptional reads, of d's optional attributes, those in want that
-// discovery left unread, and adds them to d.Optional: efakit list reads
-// the gdr file of the EFAs it shows after a topology.Scan, which does not.
-func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
-	r := sysread.New(fsys)
-	errs := readOptional(r, d, want&^d.Optional)
-	d.Optional |= want
-	return errors.Join(errs...)
-}
-
 // readOptional reads the optional attributes in want into d.
-func readOptional(r *sysread.Reader, d *Device, want Optional) []error {
+func readOptional(r *sysread.Reader, d *Device, want optional) []error {
 	var errs []error
 	fail := func(file string, err error) {
 		errs = append(errs, &Error{Device: d.Name, File: file, Err: fserr.Cause(err)})
@@ -308,10 +298,10 @@ func readOptional(r *sysread.Reader, d *Device, want Optional) []error {
 		name  string
 		dst   *string
 		check func(string) error
-		opt   Optional
+		opt   optional
 	}{
-		{"sys_image_guid", &d.SysImageGUID, checkGUID, OptSysImageGUID},
-		{"fw_ver", &d.FirmwareVer, names.CheckText, OptFirmwareVer},
+		{"sys_image_guid", &d.SysImageGUID, checkGUID, optSysImageGUID},
+		{"fw_ver", &d.FirmwareVer, names.CheckText, optFirmwareVer},
 	} {
 		if want&f.opt == 0 {
 			continue
@@ -327,7 +317,7 @@ func readOptional(r *sysread.Reader, d *Device, want Optional) []error {
 		}
 		*f.dst = s
 	}
-	if want&OptGDR != 0 {
+	if want&optGDR != 0 {
 		file := d.PCI.Path + "/gdr"
 		switch s, err := r.ReadString(file); {
 		case err == nil:

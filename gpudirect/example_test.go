@@ -6,15 +6,14 @@ import (
 	"os"
 
 	"github.com/efakit/efakit/gpudirect"
-	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
 
-// ExampleAssess judges the P6e pair of testdata/gpudirect on the R595
+// ExampleJudge judges the P6e pair of testdata/gpudirect on the R595
 // driver: blocked by the NVIDIA driver's topology check. On a machine,
-// open "/sys" and pass os.DirFS("/proc").
-func ExampleAssess() {
+// pass os.DirFS("/sys") and os.DirFS("/proc").
+func ExampleJudge() {
 	root, err := sysfs.Open("../testdata/gpudirect/p6e-gb300r-r595.sysfs")
 	if err != nil {
 		log.Fatal(err)
@@ -24,12 +23,7 @@ func ExampleAssess() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r := sysread.New(root)
-	node, err := gpudirect.ReadNode(r, os.DirFS("../testdata/gpudirect/p6e-gb300r-r595.proc"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	pairs, err := gpudirect.Assess(r, topo, node)
+	pairs, _, err := gpudirect.Judge(root, topo, os.DirFS("../testdata/gpudirect/p6e-gb300r-r595.proc"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -174,45 +174,35 @@ func (p Pair) Reasons() []string {
 }
 
 // Assess judges each GPU of t with its closest EFAs (topology.Closest),
-// in the GPUs' order, without ACS (Judge and JudgePair add it). It reads
-// what the topology's scan leaves out, the IOMMU groups of those GPUs and
-// EFAs and the EFAs' gdr files, into copies of their devices: t is never
-// written, so several goroutines may judge one topology. Read errors are
-// returned joined; the facts they concern count as unknown.
-func Assess(fsys fs.FS, t *topology.Topology, n Node) ([]Pair, error) {
-	r := sysread.New(fsys)
-	var errs []error
+// in the GPUs' order, without ACS (Judge and JudgePair add it), from what
+// the scan read: the devices' IOMMU groups and the EFAs' gdr files among
+// it. It writes nothing into t, so several goroutines may judge one
+// topology.
+func Assess(t *topology.Topology, n Node) []Pair {
 	var pairs []Pair
 	for _, g := range t.Of(topology.KindGPU) {
 		if g.PCI == nil {
 			continue
 		}
-		gp := *g.PCI
-		errs = append(errs, pcie.ReadOptional(r, &gp, pcie.OptIOMMU))
 		for _, e := range t.Closest(g) {
-			p, err := assessPair(r, t, g, &gp, e, n)
-			if err == errNotAPair {
-				continue
+			if p, ok := assessPair(t, g, e, n); ok {
+				pairs = append(pairs, p)
 			}
-			errs = append(errs, err)
-			pairs = append(pairs, p)
 		}
 	}
-	return pairs, errors.Join(errs...)
+	return pairs
 }
 
 // errNotAPair is a device that is not an EFA with its PCI function.
 var errNotAPair = errors.New("not a GPU and an EFA of the topology")
 
-// assessPair judges g (whose function, with its IOMMU group read, is gp)
-// with the EFA e, reading e's IOMMU group and gdr file into copies.
-func assessPair(r *sysread.Reader, t *topology.Topology, g *topology.Device, gp *pcie.Device, e *topology.Device, n Node) (Pair, error) {
+// assessPair judges g with the EFA e; false when e is not an EFA with its
+// PCI function.
+func assessPair(t *topology.Topology, g, e *topology.Device, n Node) (Pair, bool) {
 	if e == nil || e.Kind != topology.KindEFA || e.PCI == nil || e.EFA == nil {
-		return Pair{}, errNotAPair
+		return Pair{}, false
 	}
-	ep, ee := *e.PCI, *e.EFA
-	err := errors.Join(pcie.ReadOptional(r, &ep, pcie.OptIOMMU), efa.ReadOptional(r, &ee, efa.OptGDR))
-	return judge(t, g, e, gp, &ep, &ee, n), err
+	return judge(t, g, e, n), true
 }
 
 // JudgePair is the whole judgement of one GPU and one EFA of t, any two,
@@ -226,15 +216,13 @@ func JudgePair(fsys fs.FS, t *topology.Topology, gpu, efa *topology.Device, proc
 	}
 	r := sysread.New(fsys)
 	n, nerr := ReadNode(r, proc)
-	gp := *gpu.PCI
-	gerr := pcie.ReadOptional(r, &gp, pcie.OptIOMMU)
-	p, err := assessPair(r, t, gpu, &gp, efa, n)
-	if err == errNotAPair {
-		return Pair{}, fmt.Errorf("gpudirect: %w", err)
+	p, ok := assessPair(t, gpu, efa, n)
+	if !ok {
+		return Pair{}, fmt.Errorf("gpudirect: %w", errNotAPair)
 	}
 	pairs := []Pair{p}
 	aerr := readACS(r, pairs)
-	return pairs[0], errors.Join(nerr, gerr, err, aerr)
+	return pairs[0], errors.Join(nerr, aerr)
 }
 
 // readACS adds to each pair what the switch ports between its GPU and EFA
@@ -259,18 +247,17 @@ func readACS(r *sysread.Reader, pairs []Pair) error {
 	return errors.Join(errs...)
 }
 
-// judge is the pair's paths, without ACS, from g's function gp and e's
-// function ep and EFA ee (copies holding what Assess read).
-func judge(t *topology.Topology, g, e *topology.Device, gp, ep *pcie.Device, ee *efa.Device, n Node) Pair {
-	p := Pair{GPU: g, EFA: e, Link: topology.PCILink(g.PCI, e.PCI)}
-	driver := nvidiaDriver(gp, n)
+// judge is the pair's paths, without ACS.
+func judge(t *topology.Topology, g, e *topology.Device, n Node) Pair {
+	p := Pair{GPU: g, EFA: e, Link: t.Link(g, e)}
+	driver := nvidiaDriver(g.PCI, n)
 	grace := coherent(t, g)
 
 	dmabuf := []Finding{driver, kernelDMABuf(n)}
 	if grace {
-		dmabuf = append(dmabuf, nvidiaTopology(gp, ep, n))
+		dmabuf = append(dmabuf, nvidiaTopology(g.PCI, e.PCI, n))
 	}
-	peer := []Finding{driver, efaPeerMemory(ee, n)}
+	peer := []Finding{driver, efaPeerMemory(e.EFA, n)}
 	if grace {
 		peer = append(peer, Finding{Check: CheckEFAPeerMemory, Status: Blocked, Source: sourceDMABuf,
 			Message: "a Grace (coherent) platform needs dma-buf for GPUDirect: aws-ofi-nccl does not use peer memory there"})
@@ -490,8 +477,8 @@ func acsFinding(r *sysread.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.De
 func Judge(fsys fs.FS, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
 	r := sysread.New(fsys)
 	n, nerr := ReadNode(r, proc)
-	pairs, aerr := Assess(r, t, n)
-	return pairs, n, errors.Join(nerr, aerr, readACS(r, pairs))
+	pairs := Assess(t, n)
+	return pairs, n, errors.Join(nerr, readACS(r, pairs))
 }
 
 // Blocker is a finding that keeps pairs from ready, on the first pair it

@@ -56,9 +56,6 @@ type ClassDevice struct {
 	ArchType   string // info/architecture/arch_type, "NDv2"
 	Instance   string // info/architecture/instance_type, "Trn1"
 	DeviceName string // info/architecture/device_name, "Trainium1"
-	// Optional says which optional attributes were read: all with
-	// ReadClass, those asked for with ReadClassOnly.
-	Optional Optional
 }
 
 // Error is the error for one class device (or the class directory): which
@@ -92,29 +89,33 @@ func parseIndex(name string) (int, bool) {
 	return n, n <= 1023
 }
 
-// Optional names the attributes of a class device that ReadClassOnly may
-// leave unread: the topology needs only which indexes exist.
-type Optional uint8
+// optional names the attributes of a class device that a lean pass may
+// leave unread (internal/sysread's Neuron bits): the topology needs only
+// which indexes exist.
+type optional uint8
 
 const (
-	OptCoreCount Optional = 1 << iota // core_count: ClassDevice.CoreCount
-	OptConnected                      // connected_devices: ClassDevice.Connected
-	OptArch                           // info/architecture/*: ArchType, Instance, DeviceName
-	OptAll       = OptCoreCount | OptConnected | OptArch
+	optCoreCount = optional(sysread.NeuronCoreCount) // core_count: ClassDevice.CoreCount
+	optConnected = optional(sysread.NeuronConnected) // connected_devices: ClassDevice.Connected
+	optArch      = optional(sysread.NeuronArch)      // info/architecture/*: ArchType, Instance, DeviceName
+	optAll       = optional(sysread.NeuronAll)
 )
 
-// ReadClass reads the neuron driver's class devices, by index. A machine
-// without the driver has none, and no error.
+// ReadClass reads the neuron driver's class devices, by index, each with
+// all its attributes. A machine without the driver has none, and no
+// error.
 func ReadClass(fsys fs.FS) ([]ClassDevice, error) {
 	r := sysread.New(fsys)
-	return ReadClassOnly(r, OptAll)
+	want := optAll
+	if l := r.Lean(); l != nil {
+		want = optional(l.Neuron)
+	}
+	return readClassOnly(r, want)
 }
 
-// ReadClassOnly is ReadClass reading, of each class device's optional
-// attributes, only those in want; the others stay unknown (0, nil, ""),
-// and ClassDevice.Optional says which were read.
-func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
-	r := sysread.New(fsys)
+// readClassOnly is ReadClass reading, of each class device's optional
+// attributes, only those in want; the others stay unknown (0, nil, "").
+func readClassOnly(r *sysread.Reader, want optional) ([]ClassDevice, error) {
 	ents, err := r.ReadDir(ClassDir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -139,7 +140,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 			continue
 		}
 		dir := ClassDir + "/" + e.Name()
-		d := ClassDevice{Index: n, Optional: want}
+		d := ClassDevice{Index: n}
 		fail := func(f string, err error) {
 			errs = append(errs, &Error{Device: e.Name(), File: dir + "/" + f, Err: fserr.Cause(err)})
 		}
@@ -157,7 +158,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 				fail(f, err)
 			}
 		}
-		if want&OptCoreCount != 0 {
+		if want&optCoreCount != 0 {
 			optional("core_count", func(s string) error {
 				c, err := parseCoreCount(s)
 				if err == nil {
@@ -166,7 +167,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 				return err
 			})
 		}
-		if want&OptConnected != 0 {
+		if want&optConnected != 0 {
 			optional("connected_devices", func(s string) error {
 				c, err := parseConnected(s)
 				if err == nil {
@@ -184,7 +185,7 @@ func ReadClassOnly(fsys fs.FS, want Optional) ([]ClassDevice, error) {
 				return err
 			}
 		}
-		if want&OptArch != 0 {
+		if want&optArch != 0 {
 			optional("info/architecture/arch_type", text(&d.ArchType))
 			optional("info/architecture/instance_type", text(&d.Instance))
 			optional("info/architecture/device_name", text(&d.DeviceName))

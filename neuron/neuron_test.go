@@ -22,14 +22,14 @@ func TestReadClassTrn1(t *testing.T) {
 	class, err := neuron.ReadClass(sysread.New(r))
 	require.NoError(t, err)
 	require.Len(t, class, 16)
-	assert.Equal(t, neuron.ClassDevice{Index: 0, CoreCount: 2, Connected: []int{12, 3, 4, 1}, ArchType: "NDv2", Instance: "Trn1", DeviceName: "Trainium1", Optional: neuron.OptAll}, class[0])
+	assert.Equal(t, neuron.ClassDevice{Index: 0, CoreCount: 2, Connected: []int{12, 3, 4, 1}, ArchType: "NDv2", Instance: "Trn1", DeviceName: "Trainium1"}, class[0])
 	assert.Equal(t, []int{11, 14, 3, 12}, class[15].Connected)
 
 	// Only the indexes, as the topology asks: nothing else is filled in.
-	only, err := neuron.ReadClassOnly(sysread.New(r), neuron.OptConnected)
+	only, err := neuron.ReadClass(sysread.NewLean(r, sysread.Lean{Neuron: sysread.NeuronConnected}))
 	require.NoError(t, err)
 	require.Len(t, only, 16)
-	assert.Equal(t, neuron.ClassDevice{Index: 0, Connected: []int{12, 3, 4, 1}, Optional: neuron.OptConnected}, only[0])
+	assert.Equal(t, neuron.ClassDevice{Index: 0, Connected: []int{12, 3, 4, 1}}, only[0])
 }
 
 func TestTables(t *testing.T) {

@@ -84,17 +84,11 @@ type Device struct {
 	// CurrentLink and MaxLink are the PCIe link now and at best
 	// (current_link_speed and _width, max_link_speed and _width); nil
 	// where the function has neither file of the pair (it is not PCI
-	// Express: many virtual and root-complex functions) or they were not
-	// read (OptLink).
+	// Express: many virtual and root-complex functions).
 	CurrentLink, MaxLink *LinkRate
 	// IOMMUGroup is the number of the group iommu_group links to;
-	// NoIOMMUGroup without the link (no IOMMU), or when it is damaged or
-	// was not read (OptIOMMU).
+	// NoIOMMUGroup without the link (no IOMMU), or when it is damaged.
 	IOMMUGroup int
-	// Optional says which optional attributes discovery read: all of
-	// them with Discover, those asked for with DiscoverOnly. An
-	// attribute not read keeps its unknown value.
-	Optional Optional
 }
 
 // IsBridge reports whether the function is a PCI-to-PCI bridge (a root
@@ -142,38 +136,47 @@ func (e *DeviceError) Error() string {
 
 func (e *DeviceError) Unwrap() error { return e.Err }
 
-// Optional names the attributes of a function that discovery may leave
-// unread: it needs only the uevent (or the vendor, device, class and
-// driver files without one) to know and place a function.
-type Optional uint8
+// optional names the attributes of a function that a lean pass may leave
+// unread (internal/sysread's PCI bits): discovery needs only the uevent
+// (or the vendor, device, class and driver files without one) to know
+// and place a function.
+type optional uint8
 
 const (
-	OptRevision  Optional = 1 << iota // revision: Device.Revision
-	OptNUMANode                       // numa_node: Device.NUMANode
-	OptLocalCPUs                      // local_cpulist: Device.LocalCPUs
-	OptLink                           // {current,max}_link_{speed,width}: Device.CurrentLink, MaxLink
-	OptIOMMU                          // the iommu_group link: Device.IOMMUGroup
-	OptAll       = OptRevision | OptNUMANode | OptLocalCPUs | OptLink | OptIOMMU
+	optRevision  = optional(sysread.PCIRevision)  // revision: Device.Revision
+	optNUMANode  = optional(sysread.PCINUMANode)  // numa_node: Device.NUMANode
+	optLocalCPUs = optional(sysread.PCILocalCPUs) // local_cpulist: Device.LocalCPUs
+	optLink      = optional(sysread.PCILink)      // {current,max}_link_{speed,width}: Device.CurrentLink, MaxLink
+	optIOMMU     = optional(sysread.PCIIOMMU)     // the iommu_group link: Device.IOMMUGroup
+	optAll       = optional(sysread.PCIAll)
 )
 
-// Discover reads every function listed in bus/pci/devices. It returns the
-// functions it could read and, joined, one error per function or file it
-// could not: a function whose vendor, device or class cannot be read is
-// left out; one whose optional attributes are damaged is kept, with the
-// damaged field unknown.
+// Discover reads every function listed in bus/pci/devices, each with all
+// its attributes. It returns the functions it could read and, joined, one
+// error per function or file it could not: a function whose vendor,
+// device or class cannot be read is left out; one whose optional
+// attributes are damaged is kept, with the damaged field unknown.
 func Discover(fsys fs.FS) (*Tree, error) {
 	r := sysread.New(fsys)
-	return DiscoverOnly(r, func(*Device) Optional { return OptAll })
+	want := func(*Device) optional { return optAll }
+	if l := r.Lean(); l != nil {
+		want = func(d *Device) optional {
+			if l.PCI == nil {
+				return 0
+			}
+			return optional(l.PCI(d.Vendor, d.Device, uint32(d.Class), d.Driver))
+		}
+	}
+	return discoverOnly(r, want)
 }
 
-// DiscoverOnly is Discover reading, of each function's optional
+// discoverOnly is Discover reading, of each function's optional
 // attributes, only those want returns for it (want sees the function's
-// IDs, class and driver). The others keep their unknown values, and
-// Device.Optional says which were read. Each attribute is a file: on a
-// p5.48xlarge, whose 121 functions include 65 switch ports, reading them
-// only where they are used saves four system calls each.
-func DiscoverOnly(fsys fs.FS, want func(*Device) Optional) (*Tree, error) {
-	r := sysread.New(fsys)
+// IDs, class and driver). The others keep their unknown values. Each
+// attribute is a file: on a p5.48xlarge, whose 121 functions include 65
+// switch ports, reading them only where they are used saves four system
+// calls each.
+func discoverOnly(r *sysread.Reader, want func(*Device) optional) (*Tree, error) {
 	// Every entry is a link that is followed: read them with the listing.
 	ents, err := r.ReadDirLinks(DevicesDir)
 	if err != nil {
@@ -216,7 +219,7 @@ func DiscoverOnly(fsys fs.FS, want func(*Device) Optional) (*Tree, error) {
 
 // readDevice reads one function. It returns nil when a required file is
 // missing or damaged.
-func readDevice(r *sysread.Reader, name string, cpus map[string]CPUList, nodes *nodeCPUs, want func(*Device) Optional) (*Device, []error) {
+func readDevice(r *sysread.Reader, name string, cpus map[string]CPUList, nodes *nodeCPUs, want func(*Device) optional) (*Device, []error) {
 	link := path.Join(DevicesDir, name)
 	fail := func(file string, err error) []error {
 		return []error{&DeviceError{Address: name, File: file, Err: fserr.Cause(err)}}
@@ -332,8 +335,7 @@ func readDevice(r *sysread.Reader, name string, cpus map[string]CPUList, nodes *
 			errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: fserr.Cause(err)})
 		}
 	}
-	d.Optional = want(d)
-	errs = append(errs, readOptional(r, d, name, d.Optional, cpus, nodes)...)
+	errs = append(errs, readOptional(r, d, name, want(d), cpus, nodes)...)
 	return d, errs
 }
 

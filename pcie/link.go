@@ -119,23 +119,11 @@ func parseIOMMUGroup(target string) (int, error) {
 	return v, nil
 }
 
-// ReadOptional reads, of d's optional attributes, those in want that
-// discovery left unread, and adds them to d.Optional. It is for a caller
-// that discovered with DiscoverOnly and needs more of a few functions:
-// efakit list reads the links and IOMMU groups of the devices it shows.
-// Its errors are DeviceErrors, joined.
-func ReadOptional(fsys fs.FS, d *Device, want Optional) error {
-	r := sysread.New(fsys)
-	errs := readOptional(r, d, d.Address.String(), want&^d.Optional, nil, &nodeCPUs{})
-	d.Optional |= want
-	return errors.Join(errs...)
-}
-
 // readOptional reads the optional attributes in want into d; name is the
 // function as its errors name it. cpus shares parsed CPU lists between
 // the functions of one discovery; nil parses each. nodes are the NUMA
 // nodes' CPUs, read when a numa_node cannot be.
-func readOptional(r *sysread.Reader, d *Device, name string, want Optional, cpus map[string]CPUList, nodes *nodeCPUs) []error {
+func readOptional(r *sysread.Reader, d *Device, name string, want optional, cpus map[string]CPUList, nodes *nodeCPUs) []error {
 	var errs []error
 	file := func(f string) string { return d.Path + "/" + f }
 	absent := func(err error) bool {
@@ -154,7 +142,7 @@ func readOptional(r *sysread.Reader, d *Device, name string, want Optional, cpus
 		}
 		return true
 	}
-	if want&OptRevision != 0 {
+	if want&optRevision != 0 {
 		optional("revision", func(s string) error {
 			v, err := parseHexAttr(s, 8)
 			if err == nil {
@@ -166,7 +154,7 @@ func readOptional(r *sysread.Reader, d *Device, name string, want Optional, cpus
 	// A value that does not parse stays unknown (NoNUMA, no CPUs), with
 	// the error: never the parser's zero.
 	numaKnown := false
-	if want&OptNUMANode != 0 {
+	if want&optNUMANode != 0 {
 		optional("numa_node", func(s string) error {
 			n, err := parseNUMANode(s)
 			if err == nil {
@@ -175,7 +163,7 @@ func readOptional(r *sysread.Reader, d *Device, name string, want Optional, cpus
 			return err
 		})
 	}
-	if want&OptLocalCPUs != 0 {
+	if want&optLocalCPUs != 0 {
 		optional("local_cpulist", func(s string) error {
 			c, ok := cpus[s]
 			if !ok {
@@ -195,10 +183,10 @@ func readOptional(r *sysread.Reader, d *Device, name string, want Optional, cpus
 	// stays) is the node whose CPUs are exactly local_cpulist: the kernel
 	// prints the CPUs of the function's node there, all of them when it
 	// has none. hwloc places a function by those CPUs too.
-	if want&OptNUMANode != 0 && !numaKnown && len(d.LocalCPUs) > 0 {
+	if want&optNUMANode != 0 && !numaKnown && len(d.LocalCPUs) > 0 {
 		d.NUMANode = nodes.nodeOf(r, d.LocalCPUs)
 	}
-	if want&OptLink != 0 {
+	if want&optLink != 0 {
 		// A function without the files (not PCI Express) keeps nil links;
 		// a damaged file leaves its half 0, with the error.
 		for _, l := range []struct {
@@ -221,7 +209,7 @@ func readOptional(r *sysread.Reader, d *Device, name string, want Optional, cpus
 			}
 		}
 	}
-	if want&OptIOMMU != 0 {
+	if want&optIOMMU != 0 {
 		// The link's target is all there is to read: the group directory
 		// it names need not be in a capture.
 		t, err := r.ReadLink(file("iommu_group"))

@@ -123,28 +123,30 @@ func TestDiscoverLinkAndIOMMU(t *testing.T) {
 	assert.Nil(t, legacy.CurrentLink, "no link files: not PCI Express")
 	assert.Nil(t, legacy.MaxLink)
 	assert.Equal(t, pcie.NoIOMMUGroup, legacy.IOMMUGroup, "no iommu_group link: no IOMMU")
-	assert.Equal(t, pcie.OptAll, e.Optional)
 }
 
-// TestDiscoverOnlyLeavesLinkUnread: a discovery that does not ask for them
-// leaves the new attributes at their unknown values, and ReadOptional
-// reads them afterwards, once.
-func TestDiscoverOnlyLeavesLinkUnread(t *testing.T) {
+// TestLeanPassLeavesLinkUnread: a lean pass (internal/sysread.NewLean,
+// the plugin's) that does not ask for them leaves the link and IOMMU group
+// at their unknown values; one that asks reads them.
+func TestLeanPassLeavesLinkUnread(t *testing.T) {
 	t.Parallel()
 	r := linkTree(t, nil)
-	tree, err := pcie.DiscoverOnly(r, func(*pcie.Device) pcie.Optional { return pcie.OptNUMANode })
-	require.NoError(t, err)
-	e := tree.Lookup(pcie.Address{Bus: 0x10, Device: 0x1b})
+	lean := func(bits uint8) *pcie.Tree {
+		tree, err := pcie.Discover(sysread.NewLean(r, sysread.Lean{PCI: func(uint16, uint16, uint32, string) uint8 { return bits }}))
+		require.NoError(t, err)
+		return tree
+	}
+	e := lean(sysread.PCINUMANode).Lookup(pcie.Address{Bus: 0x10, Device: 0x1b})
 	require.NotNil(t, e)
 	assert.Nil(t, e.CurrentLink)
 	assert.Nil(t, e.MaxLink)
 	assert.Equal(t, pcie.NoIOMMUGroup, e.IOMMUGroup)
-	require.NoError(t, pcie.ReadOptional(r, e, pcie.OptLink|pcie.OptIOMMU))
+	assert.Equal(t, 0, e.NUMANode, "read")
+	e = lean(sysread.PCILink | sysread.PCIIOMMU).Lookup(pcie.Address{Bus: 0x10, Device: 0x1b})
 	assert.Equal(t, &pcie.LinkRate{Speed: 8, Width: 8}, e.CurrentLink)
 	assert.Equal(t, &pcie.LinkRate{Speed: 16, Width: 16}, e.MaxLink)
 	assert.Equal(t, 0, e.IOMMUGroup)
-	assert.Equal(t, pcie.OptNUMANode|pcie.OptLink|pcie.OptIOMMU, e.Optional)
-	assert.Equal(t, 0, e.NUMANode, "read by the discovery, kept")
+	assert.Equal(t, pcie.NoNUMA, e.NUMANode, "not asked for")
 }
 
 // TestDiscoverDamagedLink: a damaged link file or iommu_group link is an

@@ -98,35 +98,21 @@ type Topology struct {
 	idx   *index
 }
 
-// Scan reads a sysfs root and builds its topology, with one Reader so that
-// no file is read twice. It returns what it could build and the joined
-// errors of what it could not read.
-//
-// It reads what the topology and efakit's outputs use, and no more: a
-// function's revision is never read, its numa_node and local_cpulist only
-// for the devices the topology places (GPUs, Neuron devices, EFAs), an
-// EFA's sys_image_guid and fw_ver not at all, and of the Neuron class
-// devices only which exist (the Optional field of pcie.Device, efa.Device
-// and neuron.ClassDevice says what was read). pcie.Discover, efa.Scan and
-// neuron.ReadClass read everything.
+// Scan reads a sysfs root and builds its topology, with one reader so
+// that no file is read twice. Every device is read whole: a function's
+// revision, NUMA node, local CPUs, PCIe links and IOMMU group, an EFA's
+// GUIDs, firmware and gdr file, a Neuron class device's attributes; a field
+// left at its unknown value is absent or damaged (the error says which).
+// It returns what it could build and the joined errors of what it could
+// not read.
 func Scan(fsys fs.FS) (*Topology, error) {
 	r := sysread.New(fsys)
-	tree, perr := pcie.DiscoverOnly(r, placedAttrs)
-	res, eerr := efa.DiscoverOnly(r, tree, 0)
+	tree, perr := pcie.Discover(r)
+	res, eerr := efa.Discover(r, tree)
 	h, herr := host.Read(r)
-	class, nerr := neuron.ReadClassOnly(r, 0) // which indexes exist
+	class, nerr := neuron.ReadClass(r)
 	t := Build(tree, res, h, class)
 	return t, errors.Join(perr, eerr, herr, nerr)
-}
-
-// placedAttrs are the optional attributes Scan reads of a function: the
-// NUMA node and local CPUs of the devices it places, which the standard
-// attributes, the alignment answers and efakit list and topo show.
-func placedAttrs(d *pcie.Device) pcie.Optional {
-	if IsGPU(d) || neuron.IsNeuron(d) || efa.IsEFA(d) {
-		return pcie.OptNUMANode | pcie.OptLocalCPUs
-	}
-	return 0
 }
 
 // Build assembles the topology from what the other packages read.

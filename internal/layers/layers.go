@@ -55,17 +55,18 @@ var Allowed = map[string][]string{
 		"plugin/driver/podresources", "plugin/driver/resources", "efa", "efa/health", "gpudirect", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin: an adapter over the parts above.
-	"plugin/driver": {"plugin/internal/live", "plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claims", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/owners", "plugin/driver/podresources",
+	"plugin/driver": {"internal/placed", "plugin/internal/live", "plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claims", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/owners", "plugin/driver/podresources",
 		"plugin/driver/publishing", "plugin/driver/resources", "plugin/driver/uevents", "efa", "efa/health", "gpudirect", "host", "internal/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.
-	"plugin/cmd/efakit":        {"internal/pciids", "plugin/doctor", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
+	"plugin/cmd/efakit":        {"internal/placed", "internal/pciids", "plugin/doctor", "plugin/driver/resources", "efa", "gpudirect", "host", "neuron", "pcie", "snapshot", "sysfs", "topology"},
 	"plugin/cmd/efakit-plugin": {"plugin/driver", "plugin/driver/podresources", "plugin/driver/resources", "plugin/driver/uevents", "efa/health"},
 
 	// Tools and test support.
 	"plugin/allocfeatures": nil,
 	"internal/apicheck":    nil,
+	"internal/placed":      {"efa", "neuron", "pcie", "topology"},
 	"internal/sysread":     {"sysfs"},
 	"internal/linkpath":    nil,
 	"internal/names":       nil,

@@ -50,6 +50,8 @@ type Reader struct {
 	gone map[string]error
 	// buf is the page every file is read into first.
 	buf []byte
+	// lean, when set, says which optional attributes the pass reads.
+	lean *Lean
 }
 
 // New returns a Reader of fsys: any fs.FS, such as os.DirFS("/sys"),

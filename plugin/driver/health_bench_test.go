@@ -12,6 +12,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/efa/health"
+	"github.com/efakit/efakit/internal/placed"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
@@ -26,7 +27,8 @@ import (
 // runs the driver's show function, and hw_counters reads the device's
 // statistics through an admin command, cached for the RDMA core's
 // lifespan). Its parts, each timed alone:
-//   - scan: topology.Scan, the devices, links and ports;
+//   - scan: the plugin's scan (internal/placed: topology.Scan of a lean
+//     pass), the devices and ports;
 //   - counters: every EFA's counters read (the EFA exporter's read, which
 //     the checks share with the scrapes);
 //   - grade: the counters read graded (resources.Grade);
@@ -47,7 +49,7 @@ func BenchmarkHealthScan(b *testing.B) {
 		b.Run(root.name+"/part=scan", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := topology.Scan(root.fsys); err != nil {
+				if _, err := placed.Scan(root.fsys, false); err != nil {
 					b.Fatal(err)
 				}
 			}

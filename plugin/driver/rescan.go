@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/efakit/efakit/gpudirect"
-	"github.com/efakit/efakit/internal/sysread"
+	"github.com/efakit/efakit/internal/placed"
 	"github.com/efakit/efakit/plugin/driver/inventory"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/topology"
@@ -140,7 +140,7 @@ func (p *Plugin) Run(ctx context.Context, interval time.Duration) {
 func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 	p.scanMu.Lock()
 	start := time.Now()
-	topo, scanErr := topology.Scan(p.sysfs)
+	topo, scanErr := placed.Scan(p.sysfs, false)
 	gdr, gerr := p.assessGPUDirect(topo)
 	// Each EFA's counters and port, added to its history, grade it. The
 	// counters are the EFA exporter's read (one read for the scrapes and
@@ -201,15 +201,14 @@ func (p *Plugin) assessGPUDirect(topo *topology.Topology) (map[string][]gpudirec
 	if len(topo.Of(topology.KindGPU)) == 0 {
 		return nil, nil
 	}
-	r := sysread.New(p.sysfs)
-	n, nerr := gpudirect.ReadNode(r, p.proc)
-	pairs, err := gpudirect.Assess(r, topo, n)
+	n, err := gpudirect.ReadNode(p.sysfs, p.proc)
+	pairs := gpudirect.Assess(topo, n)
 	out := map[string][]gpudirect.Pair{}
 	for _, x := range pairs {
 		k := x.EFA.PCI.Address.String()
 		out[k] = append(out[k], x)
 	}
-	if err = errors.Join(nerr, err); err != nil {
+	if err != nil {
 		err = fmt.Errorf("gpudirect: %w", err)
 	}
 	return out, err

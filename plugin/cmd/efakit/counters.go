@@ -133,9 +133,9 @@ func runCounters(ctx context.Context, env countersEnv, o countersOpts, stdout, s
 	printNote(stderr, prefix, root)
 	// Discovery reads no optional attribute: counters need the RDMA
 	// device's directory and its ports, nothing else.
-	r := sysread.New(root)
-	tree, perr := pcie.DiscoverOnly(r, func(*pcie.Device) pcie.Optional { return 0 })
-	res, eerr := efa.DiscoverOnly(r, tree, 0)
+	r := sysread.NewLean(root, sysread.Lean{})
+	tree, perr := pcie.Discover(r)
+	res, eerr := efa.Discover(r, tree)
 	errs := &errorPrinter{w: stderr, prefix: prefix, seen: map[string]bool{}}
 	discoverErr := errors.Join(perr, eerr)
 	errs.print(discoverErr)

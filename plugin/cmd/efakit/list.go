@@ -12,7 +12,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/pciids"
-	"github.com/efakit/efakit/internal/sysread"
+	"github.com/efakit/efakit/internal/placed"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -102,22 +102,6 @@ func iommuGroup(d *pcie.Device) *int {
 	return &g
 }
 
-// readDetails reads what topology.Scan leaves out and list and topo -o
-// json show: the PCIe link and IOMMU group of each device, and an EFA's
-// gdr file. Errors name the device and the file.
-func readDetails(r *sysread.Reader, t *topology.Topology) error {
-	var errs []error
-	for _, d := range t.Devices {
-		if d.PCI != nil {
-			errs = append(errs, pcie.ReadOptional(r, d.PCI, pcie.OptLink|pcie.OptIOMMU))
-		}
-		if d.EFA != nil {
-			errs = append(errs, efa.ReadOptional(r, d.EFA, efa.OptGDR))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 type portView struct {
 	Port      int     `json:"port"`
 	State     string  `json:"state"`
@@ -192,10 +176,9 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 	}
 	defer r.Close()
 	printNote(stderr, "efakit list", r)
-	topo, scanErr := topology.Scan(r)
-	sr := sysread.New(r)
-	version, verErr := efa.ReadDriverVersion(sr)
-	scanErr = errors.Join(scanErr, readDetails(sr, topo), verErr)
+	topo, scanErr := placed.Scan(r, true)
+	version, verErr := efa.ReadDriverVersion(r)
+	scanErr = errors.Join(scanErr, verErr)
 	// The table prints no names. JSON and YAML do: the built-in ones, or
 	// the machine's pci.ids where a function's name is not built in.
 	var names *pciids.Names

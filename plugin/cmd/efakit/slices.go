@@ -11,9 +11,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/efakit/efakit/internal/placed"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
 
 // printObjects prints Kubernetes objects as a JSON list or a YAML stream.
@@ -88,7 +88,7 @@ func cmdSlices(args []string, stdout, stderr io.Writer) int {
 	}
 	defer r.Close()
 	printNote(stderr, "efakit slices", r)
-	topo, scanErr := topology.Scan(r)
+	topo, scanErr := placed.Scan(r, false)
 	// The same function builds what the plugin publishes.
 	pool, buildErr := resources.Published(topo, cfg)
 	if err := printObjects(stdout, *out, resources.Slices(pool, cfg)); err != nil {
@@ -168,7 +168,7 @@ func cmdClaims(args []string, stdout, stderr io.Writer) int {
 	}
 	defer r.Close()
 	printNote(stderr, "efakit claims", r)
-	topo, scanErr := topology.Scan(r)
+	topo, scanErr := placed.Scan(r, false)
 	tms, pod := resources.ClaimTemplates(topo, mode, *className)
 	if len(tms) == 0 {
 		fmt.Fprintln(stdout, "# no EFA on this machine: no claims to suggest")

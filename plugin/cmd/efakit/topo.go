@@ -14,6 +14,7 @@ import (
 	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/internal/pciids"
+	"github.com/efakit/efakit/internal/placed"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/sysfs"
@@ -173,9 +174,8 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	}
 	defer r.Close()
 	printNote(stderr, "efakit topo", r)
-	t, scanErr := topology.Scan(r)
-	// One Reader for the details and the GPUDirect judgement, which reads
-	// the efa driver's version the JSON prints.
+	// The PCIe links only for the JSON, which prints them.
+	t, scanErr := placed.Scan(r, *out == "json")
 	sr := sysread.New(r)
 	pairs, node, err := assessGPUDirect(sr, t, *root, *proc)
 	scanErr = errors.Join(scanErr, err)
@@ -184,7 +184,6 @@ func cmdTopo(args []string, stdout, stderr io.Writer) int {
 	var names *pciids.Names
 	if *out == "json" {
 		names = pciids.LoadNames()
-		scanErr = errors.Join(scanErr, readDetails(sr, t))
 	}
 	v := newTopoView(t, names)
 	if *out == "json" {
