@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/placed"
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/internal/placed"
 )
 
 // syscallBudget is what the plugin's periodic scan (internal/placed: the
