@@ -35,7 +35,7 @@ var fixtureNames = func() []string {
 type fixture struct {
 	name   string
 	mem    *sysfs.Root // sysfs.OpenCapture
-	dir    *sysfs.Root // sysfs.OpenDir(sysDir)
+	dir    *sysfs.Root // sysfs.Open(sysDir)
 	chroot string      // ghw's chroot: sysDir is chroot/sys
 	sysDir string      // the unpacked capture
 	pciIDs string      // chroot/usr/share/hwdata/pci.ids, written by setup
@@ -96,7 +96,7 @@ func setup(tmp, name string) (*fixture, error) {
 	if err := sysfs.WriteDir(fx.sysDir, entries); err != nil {
 		return nil, err
 	}
-	if fx.dir, err = sysfs.OpenDir(fx.sysDir); err != nil {
+	if fx.dir, err = sysfs.Open(fx.sysDir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(fx.pciIDs), 0o755); err != nil {

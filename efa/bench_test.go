@@ -21,7 +21,7 @@ func BenchmarkScan(b *testing.B) {
 		if err := sysfs.WriteDir(dir, mem.ReadLinkFS.(*sysfs.MemFS).Entries()); err != nil {
 			b.Fatal(err)
 		}
-		disk, err := sysfs.OpenDir(dir)
+		disk, err := sysfs.Open(dir)
 		if err != nil {
 			b.Fatal(err)
 		}

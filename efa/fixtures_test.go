@@ -258,7 +258,7 @@ func TestDirAndCaptureAgree(t *testing.T) {
 			require.NoError(t, err)
 			dir := filepath.Join(t.TempDir(), "sys")
 			require.NoError(t, sysfs.WriteDir(dir, root.ReadLinkFS.(*sysfs.MemFS).Entries()))
-			d, err := sysfs.OpenDir(dir)
+			d, err := sysfs.Open(dir)
 			require.NoError(t, err)
 			defer d.Close()
 			dt, dres, err := efa.Scan(d)

@@ -81,7 +81,7 @@ func TestBadNamesLeftOut(t *testing.T) {
 			}
 			dir := filepath.Join(t.TempDir(), "sys")
 			require.NoError(t, fakesys.WriteTree(dir, entries))
-			disk, err := sysfs.OpenDir(dir)
+			disk, err := sysfs.Open(dir)
 			require.NoError(t, err)
 			defer disk.Close()
 			roots["disk"] = disk

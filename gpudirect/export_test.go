@@ -12,3 +12,6 @@ var SourceDMABuf = sourceDMABuf
 var SourceEFAP2P = sourceEFAP2P
 var SourceACS = sourceACS
 var SourceNVIDIADriver = sourceNVIDIADriver
+var KernelReleaseFile = kernelReleaseFile
+var NVIDIAParamsFile = nVIDIAParamsFile
+var TopoCheckOverride = topoCheckOverride

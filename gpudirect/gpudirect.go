@@ -314,7 +314,7 @@ func kernelDMABuf(n Node) Finding {
 	switch {
 	case !ok:
 		f.Status = Unknown
-		f.Message = "kernel release not read (proc " + KernelReleaseFile + ")"
+		f.Message = "kernel release not read (proc " + kernelReleaseFile + ")"
 	case major < 5 || major == 5 && minor < 12:
 		f.Status = Blocked
 		f.Message = fmt.Sprintf("kernel %s cannot import a dma-buf into an RDMA memory region: that needs 5.12", n.KernelRelease)
@@ -376,19 +376,19 @@ func nvidiaTopology(g, e *pcie.Device, n Node) Finding {
 		f.Message = fmt.Sprintf("%s: driver %s (R595 and later) lets an EFA attach only in the GPU's IOMMU group, or in none below a bridge it shares with the GPU; the dma-buf attach fails with \"topology not supported for mapping type FORCE_PCIE\". R595 has no override: use an R580 driver with NVreg_GrdmaPciTopoCheckOverride=1", where, n.NVIDIAVersion)
 		return f
 	}
-	v, known := n.NVIDIAParams[TopoCheckOverride]
+	v, known := n.NVIDIAParams[topoCheckOverride]
 	switch {
 	case n.NVIDIAParams == nil:
 		f.Status = Unknown
-		f.Message = fmt.Sprintf("%s are in different IOMMU groups: driver %s lets the EFA attach only with %s=1, and proc %s was not read", where, n.NVIDIAVersion, TopoCheckOverride, NVIDIAParamsFile)
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups: driver %s lets the EFA attach only with %s=1, and proc %s was not read", where, n.NVIDIAVersion, topoCheckOverride, nVIDIAParamsFile)
 	case known && v == "1":
-		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: 1", where, n.NVIDIAVersion, TopoCheckOverride)
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: 1", where, n.NVIDIAVersion, topoCheckOverride)
 	case !known || v == "0":
 		f.Status = Blocked
-		f.Message = fmt.Sprintf("%s are in different IOMMU groups and driver %s lacks %s=1: the dma-buf attach fails with \"topology not supported for mapping type FORCE_PCIE\"; load nvidia with NVreg_%s=1", where, n.NVIDIAVersion, TopoCheckOverride, TopoCheckOverride)
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups and driver %s lacks %s=1: the dma-buf attach fails with \"topology not supported for mapping type FORCE_PCIE\"; load nvidia with NVreg_%s=1", where, n.NVIDIAVersion, topoCheckOverride, topoCheckOverride)
 	default:
 		f.Status = Unknown
-		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: %s, a value whose meaning is not known", where, n.NVIDIAVersion, TopoCheckOverride, names.Printable(clip(v)))
+		f.Message = fmt.Sprintf("%s are in different IOMMU groups, and driver %s has %s: %s, a value whose meaning is not known", where, n.NVIDIAVersion, topoCheckOverride, names.Printable(clip(v)))
 	}
 	return f
 }

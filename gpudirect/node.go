@@ -20,17 +20,17 @@ const (
 	// NVIDIAVersionFile is the nvidia module's MODULE_VERSION
 	// ("580.105.08"), present while the module is loaded.
 	NVIDIAVersionFile = "module/nvidia/version"
-	// NVIDIAParamsFile lists the nvidia module's parameters as it took
+	// nVIDIAParamsFile lists the nvidia module's parameters as it took
 	// them, "Name: value" a line, without the NVreg_ prefix.
-	NVIDIAParamsFile = "driver/nvidia/params"
-	// KernelReleaseFile is the running kernel's release ("6.1.119-...").
-	KernelReleaseFile = "sys/kernel/osrelease"
+	nVIDIAParamsFile = "driver/nvidia/params"
+	// kernelReleaseFile is the running kernel's release ("6.1.119-...").
+	kernelReleaseFile = "sys/kernel/osrelease"
 )
 
-// TopoCheckOverride is the nvidia module parameter that, before the R595
+// topoCheckOverride is the nvidia module parameter that, before the R595
 // driver branch, let a NIC outside the GPU's IOMMU group attach dma-buf
 // to GPU memory on a coherent (Grace) platform.
-const TopoCheckOverride = "GrdmaPciTopoCheckOverride"
+const topoCheckOverride = "GrdmaPciTopoCheckOverride"
 
 // Node is what the node's kernel and drivers say about GPUDirect RDMA,
 // beside the topology. Each field's zero value means unknown.
@@ -38,10 +38,10 @@ type Node struct {
 	// NVIDIAVersion is NVIDIAVersionFile, "" when the file is absent (the
 	// module not loaded, or a capture without it) or damaged.
 	NVIDIAVersion string
-	// NVIDIAParams are NVIDIAParamsFile's, nil when not read (no proc
+	// NVIDIAParams are nVIDIAParamsFile's, nil when not read (no proc
 	// root, the module not loaded) or damaged.
 	NVIDIAParams map[string]string
-	// KernelRelease is KernelReleaseFile's, "" when not read.
+	// KernelRelease is kernelReleaseFile's, "" when not read.
 	KernelRelease string
 	// EFADriverVersion is efa.DriverVersionFile: the out-of-tree efa
 	// driver's version, "" for the in-tree driver (or a capture without
@@ -74,26 +74,26 @@ func ReadNode(fsys fs.FS, proc fs.FS) (Node, error) {
 	if proc == nil {
 		return n, errors.Join(errs...)
 	}
-	switch b, err := fs.ReadFile(proc, NVIDIAParamsFile); {
+	switch b, err := fs.ReadFile(proc, nVIDIAParamsFile); {
 	case err == nil:
 		p, perr := parseParams(string(b))
 		n.NVIDIAParams = p
 		if perr != nil {
-			errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, perr))
+			errs = append(errs, fmt.Errorf("proc %s: %w", nVIDIAParamsFile, perr))
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		errs = append(errs, fmt.Errorf("proc %s: %w", NVIDIAParamsFile, fserr.Cause(err)))
+		errs = append(errs, fmt.Errorf("proc %s: %w", nVIDIAParamsFile, fserr.Cause(err)))
 	}
-	switch b, err := fs.ReadFile(proc, KernelReleaseFile); {
+	switch b, err := fs.ReadFile(proc, kernelReleaseFile); {
 	case err == nil:
 		s := strings.TrimSpace(string(b))
 		if _, _, ok := kernelVersion(s); ok {
 			n.KernelRelease = s
 		} else {
-			errs = append(errs, fmt.Errorf("proc %s: %q is not a kernel release", KernelReleaseFile, names.Printable(s)))
+			errs = append(errs, fmt.Errorf("proc %s: %q is not a kernel release", kernelReleaseFile, names.Printable(s)))
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		errs = append(errs, fmt.Errorf("proc %s: %w", KernelReleaseFile, fserr.Cause(err)))
+		errs = append(errs, fmt.Errorf("proc %s: %w", kernelReleaseFile, fserr.Cause(err)))
 	}
 	return n, errors.Join(errs...)
 }

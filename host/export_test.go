@@ -4,3 +4,4 @@ package host
 var ParseNodeID = parseNodeID
 var ParseDistances = parseDistances
 var ParseSocket = parseSocket
+var NodeDir = nodeDir

@@ -21,8 +21,8 @@ import (
 // ProductNameFile holds the DMI product name, the instance type on EC2.
 const ProductNameFile = "devices/virtual/dmi/id/product_name"
 
-// NodeDir lists the NUMA nodes.
-const NodeDir = "devices/system/node"
+// nodeDir lists the NUMA nodes.
+const nodeDir = "devices/system/node"
 
 // Info is what the host says of itself.
 type Info struct {
@@ -129,10 +129,10 @@ func Read(fsys fs.FS) (*Info, error) {
 		errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: fserr.Cause(err)})
 	}
 
-	ents, err := r.ReadDir(NodeDir)
+	ents, err := r.ReadDir(nodeDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, &Error{Node: -1, File: NodeDir, Err: fserr.Cause(err)})
+			errs = append(errs, &Error{Node: -1, File: nodeDir, Err: fserr.Cause(err)})
 		}
 		return info, errors.Join(errs...)
 	}
@@ -144,14 +144,14 @@ func Read(fsys fs.FS) (*Info, error) {
 			err = names.CheckName(e.Name())
 		}
 		if err != nil {
-			errs = append(errs, &Error{Node: -1, File: NodeDir, Err: fmt.Errorf("node left out: %w", err)})
+			errs = append(errs, &Error{Node: -1, File: nodeDir, Err: fmt.Errorf("node left out: %w", err)})
 			continue
 		}
 		if !ok {
 			continue
 		}
 		n := NUMANode{ID: id, Socket: -1}
-		dir := NodeDir + "/" + e.Name()
+		dir := nodeDir + "/" + e.Name()
 		// Every node has these two files: a missing one is an error too.
 		// A value that does not parse stays unknown (nil), with the error.
 		read := func(f string, parse func(string) error) {

@@ -17,8 +17,8 @@ import (
 // gives the first 64 bytes to a reader without CAP_SYS_ADMIN.
 const (
 	configSize         = 256
-	ConfigSizeExpress  = 4096
-	ConfigUnprivileged = 64
+	configSizeExpress  = 4096
+	configUnprivileged = 64
 )
 
 // extCapACS is the extended capability ID of Access Control Services.
@@ -87,22 +87,22 @@ var ErrConfigHidden = errors.New("config space past 64 bytes is readable only wi
 // A chain that leaves the space, is not aligned or loops is an error.
 func parseACS(config []byte) (*ACS, error) {
 	switch {
-	case len(config) < configSize && len(config) <= ConfigUnprivileged:
+	case len(config) < configSize && len(config) <= configUnprivileged:
 		return nil, ErrConfigHidden
 	case len(config) < configSize:
 		return nil, fmt.Errorf("config space of %d bytes: neither 64 (unprivileged), 256 nor 4096", len(config))
-	case len(config) < ConfigSizeExpress:
+	case len(config) < configSizeExpress:
 		return nil, nil // no extended space
 	}
 	off := 0x100
 	// Each capability takes at least 4 bytes: more steps than that is a loop.
-	for range (ConfigSizeExpress - 0x100) / 4 {
+	for range (configSizeExpress - 0x100) / 4 {
 		hdr := binary.LittleEndian.Uint32(config[off:])
 		if hdr == 0 || hdr == 0xffffffff {
 			return nil, nil // no extended capabilities
 		}
 		if hdr&0xffff == extCapACS {
-			if off+8 > ConfigSizeExpress {
+			if off+8 > configSizeExpress {
 				return nil, fmt.Errorf("ACS capability at 0x%x runs past the config space", off)
 			}
 			return &ACS{
@@ -114,7 +114,7 @@ func parseACS(config []byte) (*ACS, error) {
 		if next == 0 {
 			return nil, nil
 		}
-		if next < 0x100 || next&3 != 0 || next > ConfigSizeExpress-4 {
+		if next < 0x100 || next&3 != 0 || next > configSizeExpress-4 {
 			return nil, fmt.Errorf("extended capability at 0x%x points at 0x%x, outside the extended space or not dword-aligned", off, next)
 		}
 		off = next

@@ -21,3 +21,6 @@ var ClassNetwork = classNetwork
 var ConfigSize = configSize
 
 type Uevent = uevent
+
+var ConfigSizeExpress = configSizeExpress
+var ConfigUnprivileged = configUnprivileged

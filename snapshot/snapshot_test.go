@@ -151,7 +151,7 @@ func TestSnapshotBadNames(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "sys")
 	require.NoError(t, sysfs.WriteDir(dir, capture(t, g5)))
-	clean, err := sysfs.OpenDir(dir)
+	clean, err := sysfs.Open(dir)
 	require.NoError(t, err)
 	defer clean.Close()
 	want, err := snapshot.Take(clean, snapshot.Options{})
@@ -176,7 +176,7 @@ func TestSnapshotBadNames(t *testing.T) {
 			require.NoError(t, os.Symlink("../../devices/pci0000:00/0000:00:06.0", p))
 		}
 	}
-	root, err := sysfs.OpenDir(dir)
+	root, err := sysfs.Open(dir)
 	require.NoError(t, err)
 	defer root.Close()
 	got, err := snapshot.Take(root, snapshot.Options{})

@@ -14,8 +14,8 @@ import (
 	"strings"
 )
 
-// CaptureHeader is the first line of every capture WriteCapture writes.
-const CaptureHeader = "efakit-sysfs-capture v2"
+// captureHeader is the first line of every capture WriteCapture writes.
+const captureHeader = "efakit-sysfs-capture v2"
 
 // captureHeaderV1 is the header of captures written before the end marker.
 // They still read, with a note (capture.Note).
@@ -24,21 +24,21 @@ const captureHeaderV1 = "efakit-sysfs-capture v1"
 // Bounds on the paths a capture holds, so that a hostile capture cannot
 // make the reader slow or the tree absurd.
 const (
-	// MaxPathLen is the longest path or link target, in bytes: Linux's
+	// maxPathLen is the longest path or link target, in bytes: Linux's
 	// PATH_MAX is 4096 with the terminating NUL, so no longer path can be
 	// opened and no longer link written.
-	MaxPathLen = 4095
-	// MaxPathDepth is the most components a path may have. The deepest
+	maxPathLen = 4095
+	// maxPathDepth is the most components a path may have. The deepest
 	// paths of the fixtures have 12 (p5's EFA GIDs, behind two switch
 	// levels), the deepest of a live /sys seen here 13; 64 leaves room
 	// for some 25 more PCIe switch levels than p5 has.
-	MaxPathDepth = 64
+	maxPathDepth = 64
 )
 
 // maxCaptureLine is the longest line an entry can make: a path and the
 // data of a file one byte over MaxFileSize, both quoted with every byte
 // escaped (\xff, four bytes for one), and a mode.
-const maxCaptureLine = len("f ") + 2 + 4*MaxPathLen + len(" ") + 2 + 4*(MaxFileSize+1) + len(" 0777")
+const maxCaptureLine = len("f ") + 2 + 4*maxPathLen + len(" ") + 2 + 4*(MaxFileSize+1) + len(" 0777")
 
 // noteV1 is the capture.Note of a v1 capture.
 const noteV1 = "capture v1 has no end marker: one cut short or edited cannot be told from a whole one"
@@ -140,12 +140,12 @@ func decodeCapture(r io.Reader) (*capture, error) {
 		switch {
 		case version == 0:
 			switch text {
-			case CaptureHeader:
+			case captureHeader:
 				version = 2
 			case captureHeaderV1:
 				version = 1
 			default:
-				return nil, fmt.Errorf("capture line %d: want header %q, got %q", line, CaptureHeader, clip(text))
+				return nil, fmt.Errorf("capture line %d: want header %q, got %q", line, captureHeader, clip(text))
 			}
 			continue
 		case endLine != 0:
@@ -177,7 +177,7 @@ func decodeCapture(r io.Reader) (*capture, error) {
 	}
 	switch {
 	case version == 0:
-		return nil, fmt.Errorf("capture: empty, want header %q", CaptureHeader)
+		return nil, fmt.Errorf("capture: empty, want header %q", captureHeader)
 	case version == 1:
 		return &capture{Entries: out, Note: noteV1}, nil
 	case endLine == 0:
@@ -290,28 +290,28 @@ func parseEntry(s string) (Entry, error) {
 }
 
 // checkPath refuses a path that no capture holds: not a valid fs path, the
-// root itself, longer than MaxPathLen or deeper than MaxPathDepth.
+// root itself, longer than maxPathLen or deeper than maxPathDepth.
 func checkPath(p string) error {
-	if len(p) > MaxPathLen {
-		return fmt.Errorf("path %q is %d bytes, more than PATH_MAX allows (%d)", clip(p), len(p), MaxPathLen)
+	if len(p) > maxPathLen {
+		return fmt.Errorf("path %q is %d bytes, more than PATH_MAX allows (%d)", clip(p), len(p), maxPathLen)
 	}
 	if !fs.ValidPath(p) || p == "." {
 		return fmt.Errorf("invalid path %q", clip(p))
 	}
-	if d := strings.Count(p, "/") + 1; d > MaxPathDepth {
-		return fmt.Errorf("path %q has %d components, more than %d", clip(p), d, MaxPathDepth)
+	if d := strings.Count(p, "/") + 1; d > maxPathDepth {
+		return fmt.Errorf("path %q has %d components, more than %d", clip(p), d, maxPathDepth)
 	}
 	return nil
 }
 
 // checkTarget refuses an empty or over-long link target: the kernel writes
-// none longer than MaxPathLen.
+// none longer than maxPathLen.
 func checkTarget(p, target string) error {
 	if target == "" {
 		return fmt.Errorf("link %s: missing target", p)
 	}
-	if len(target) > MaxPathLen {
-		return fmt.Errorf("link %s: target is %d bytes, more than PATH_MAX allows (%d)", p, len(target), MaxPathLen)
+	if len(target) > maxPathLen {
+		return fmt.Errorf("link %s: target is %d bytes, more than PATH_MAX allows (%d)", p, len(target), maxPathLen)
 	}
 	return nil
 }
@@ -374,7 +374,7 @@ func WriteCapture(w io.Writer, header []string, entries []Entry) error {
 		}
 	}
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, CaptureHeader)
+	fmt.Fprintln(bw, captureHeader)
 	for _, h := range header {
 		// A newline in a note must not end the comment.
 		for _, l := range strings.Split(h, "\n") {

@@ -7,3 +7,8 @@ func OpenDirFallback(dir string) (*Root, error) { return openRootFS(dir) }
 var DecodeCapture = decodeCapture
 
 type Capture = capture
+
+var OpenDir = openDir
+var MaxPathDepth = maxPathDepth
+var MaxPathLen = maxPathLen
+var CaptureHeader = captureHeader

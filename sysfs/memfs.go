@@ -40,8 +40,8 @@ type node struct {
 
 // NewMemFS builds a MemFS from entries. Parent directories that the entries
 // do not list are made as 0755 directories. An entry under a file or a link,
-// a path given twice, or a path or link target beyond MaxPathLen or
-// MaxPathDepth is an error.
+// a path given twice, or a path or link target beyond maxPathLen or
+// maxPathDepth is an error.
 func NewMemFS(entries []Entry) (*MemFS, error) {
 	es := slices.Clone(entries)
 	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })

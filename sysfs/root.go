@@ -39,17 +39,17 @@ func Open(name string) (*Root, error) {
 		return nil, fmt.Errorf("open sysfs root: %w", err)
 	}
 	if fi.IsDir() {
-		return OpenDir(name)
+		return openDir(name)
 	}
 	return OpenCapture(name)
 }
 
-// OpenDir opens the directory dir as a sysfs root. On Linux every open goes
+// openDir opens the directory dir as a sysfs root. On Linux every open goes
 // through openat2(2) confined to dir and refusing symbolic links, so even a
 // caller that skips the Reader cannot be led out of the root; where openat2
 // is missing, os.Root gives the same guarantee more slowly. Either way a
 // named pipe, socket or device is never read: ErrNotRegular.
-func OpenDir(dir string) (*Root, error) {
+func openDir(dir string) (*Root, error) {
 	if d, err := openDirFS(dir); err == nil {
 		return &Root{ReadLinkFS: d, Source: dir, closer: d}, nil
 	} else if !errors.Is(err, errNoOpenat2) {
@@ -58,7 +58,7 @@ func OpenDir(dir string) (*Root, error) {
 	return openRootFS(dir)
 }
 
-// openRootFS opens dir through os.Root, the fallback of OpenDir.
+// openRootFS opens dir through os.Root, the fallback of openDir.
 func openRootFS(dir string) (*Root, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
@@ -145,30 +145,7 @@ func notRegular(m fs.FileMode) error {
 	if t := m.Type(); t == 0 || t == fs.ModeDir {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", ErrNotRegular, TypeName(m))
-}
-
-// TypeName names the type of a file for a message: "a regular file", "a
-// directory", "a named pipe" and so on.
-func TypeName(m fs.FileMode) string {
-	switch t := m.Type(); {
-	case t == 0:
-		return "a regular file"
-	case t&fs.ModeDir != 0:
-		return "a directory"
-	case t&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case t&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case t&fs.ModeSocket != 0:
-		return "a socket"
-	case t&fs.ModeCharDevice != 0:
-		return "a character device"
-	case t&fs.ModeDevice != 0:
-		return "a block device"
-	default:
-		return "a file of type " + t.String()
-	}
+	return fmt.Errorf("%w: %s", ErrNotRegular, fserr.TypeName(m))
 }
 
 // OpenCapture reads the capture file name into memory. A named pipe,

@@ -23,7 +23,7 @@ type index struct {
 	numaLists    map[int][]int
 }
 
-// side groups the devices of one side by the keys PCILink compares.
+// side groups the devices of one side by the keys pCILink compares.
 type side struct {
 	byPCI    map[*pcie.Device][]int
 	byParent map[bridgeKey][]int // same root and upstream bridge: PIX

@@ -67,11 +67,11 @@ func (t *Topology) Link(a, b *Device) Link {
 	if a.PCI == nil || b.PCI == nil {
 		return LinkUnknown
 	}
-	return PCILink(a.PCI, b.PCI)
+	return pCILink(a.PCI, b.PCI)
 }
 
-// PCILink is Link for two PCI functions; LinkUnknown when one is nil.
-func PCILink(a, b *pcie.Device) Link {
+// pCILink is Link for two PCI functions; LinkUnknown when one is nil.
+func pCILink(a, b *pcie.Device) Link {
 	if a == nil || b == nil {
 		return LinkUnknown
 	}

@@ -344,7 +344,7 @@ func fsMode(m uint32) fs.FileMode { return fs.FileMode(m) }
 // (0x0001 at 0x100) followed, when acs is not nil, by ACS (0x000d at
 // 0x148) with acs's registers.
 func ExpressConfig(vendor, device uint16, acs *pcie.ACS) []byte {
-	c := make([]byte, pcie.ConfigSizeExpress)
+	c := make([]byte, 4096 /* a PCI Express function's config space */)
 	binary.LittleEndian.PutUint16(c[0:], vendor)
 	binary.LittleEndian.PutUint16(c[2:], device)
 	aer := uint32(0x0001) | 2<<16 // ID, version 2, next 0

@@ -11,8 +11,8 @@ import (
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/plugin/cdi"
-	"github.com/efakit/efakit/sysfs"
 )
 
 // cdi checks the CDI spec directory the runtime reads: that it is there,
@@ -32,7 +32,7 @@ func (f *facts) cdi() Check {
 	case err != nil:
 		return Check{ID: CheckCDI, Status: Fail, Message: err.Error(), Fix: "check --cdi-root, and run as root"}
 	case !fi.IsDir():
-		return Check{ID: CheckCDI, Status: Fail, Message: fmt.Sprintf("%s is %s, not a directory", dir, sysfs.TypeName(fi.Mode())), Fix: "remove it: the runtime reads CDI specs from a directory there"}
+		return Check{ID: CheckCDI, Status: Fail, Message: fmt.Sprintf("%s is %s, not a directory", dir, fserr.TypeName(fi.Mode())), Fix: "remove it: the runtime reads CDI specs from a directory there"}
 	}
 
 	ents, err := os.ReadDir(dir)

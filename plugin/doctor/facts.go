@@ -210,7 +210,7 @@ func probeNode(path string, major, minor uint32, open func(string) error) nodePr
 		return nodeProbe{State: nodeStatFailed, Err: err}
 	}
 	if fi.Mode().Type() != fs.ModeDevice|fs.ModeCharDevice {
-		return nodeProbe{State: nodeNotCharDevice, Kind: sysfs.TypeName(fi.Mode())}
+		return nodeProbe{State: nodeNotCharDevice, Kind: fserr.TypeName(fi.Mode())}
 	}
 	if ma, mi, ok := deviceNumber(fi); ok && (ma != major || mi != minor) {
 		return nodeProbe{State: nodeWrongNumber, Major: ma, Minor: mi}

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/internal/fakesys"
 	"github.com/efakit/efakit/internal/gdrcases"
 	"github.com/efakit/efakit/pcie"
@@ -132,9 +131,9 @@ func gdrScene(t *testing.T, m gdrcases.Machine, kernel, params string) doctor.Ch
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, []byte(data), 0o644))
 	}
-	write(gpudirect.KernelReleaseFile, kernel+"\n")
+	write("sys/kernel/osrelease", kernel+"\n")
 	if params != "" {
-		write(gpudirect.NVIDIAParamsFile, params)
+		write("driver/nvidia/params", params)
 	}
 	return check(t, s.run(), doctor.CheckGPUDirect)
 }

@@ -13,7 +13,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/efakit/efakit/gpudirect"
 	"github.com/efakit/efakit/internal/gdrcases"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
@@ -32,8 +31,8 @@ func TestClaimStatusGPUDirect(t *testing.T) {
 	s := &swapFS{}
 	s.cur.Store(m.Build().FS())
 	proc := fstest.MapFS{
-		gpudirect.KernelReleaseFile: {Data: []byte("6.1.119-129.201.amzn2023.aarch64\n")},
-		gpudirect.NVIDIAParamsFile:  {Data: []byte("ModifyDeviceFiles: 1\nGrdmaPciTopoCheckOverride: 1\n")},
+		"sys/kernel/osrelease": {Data: []byte("6.1.119-129.201.amzn2023.aarch64\n")},
+		"driver/nvidia/params": {Data: []byte("ModifyDeviceFiles: 1\nGrdmaPciTopoCheckOverride: 1\n")},
 	}
 	c := claim("gdr", "c4000000-0000-0000-0000-000000000001", "efa-0000-97-00-0")
 	client := fake.NewClientset(c)

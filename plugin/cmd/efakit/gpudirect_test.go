@@ -24,7 +24,7 @@ func TestTopoGPUDirect(t *testing.T) {
 	m := gdrcases.Machine{Product: "p6e-gb300r.36xlarge", EFAID: 0xefa3, NoGroup: true, P2P: "NVIDIA", EFAModule: "2.17.1g", NVIDIA: "595.91.07"}
 	require.NoError(t, sysfs.WriteDir(root, m.Build().Entries()))
 	proc := filepath.Join(dir, "proc")
-	for name, data := range map[string]string{gpudirect.KernelReleaseFile: "6.1.119-129.201.amzn2023.aarch64\n", gpudirect.NVIDIAParamsFile: "ModifyDeviceFiles: 1\n"} {
+	for name, data := range map[string]string{"sys/kernel/osrelease": "6.1.119-129.201.amzn2023.aarch64\n", "driver/nvidia/params": "ModifyDeviceFiles: 1\n"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(proc, filepath.Dir(name)), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(proc, name), []byte(data), 0o644))
 	}

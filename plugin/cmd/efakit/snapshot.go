@@ -196,7 +196,7 @@ func replaceable(d *os.Root, name, base string) error {
 		return fmt.Errorf("write %s: %w", name, fserr.Cause(err))
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("write %s: %s, not a regular file: refused", name, sysfs.TypeName(fi.Mode()))
+		return fmt.Errorf("write %s: %s, not a regular file: refused", name, fserr.TypeName(fi.Mode()))
 	}
 	return nil
 }

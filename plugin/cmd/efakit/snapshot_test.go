@@ -79,7 +79,7 @@ func TestSnapshotOutputRefused(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	b, err = os.ReadFile(regular)
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(string(b), sysfs.CaptureHeader+"\n"))
+	assert.True(t, strings.HasPrefix(string(b), "efakit-sysfs-capture v2\n"))
 	ents, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	for _, e := range ents {

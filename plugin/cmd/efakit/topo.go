@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/efakit/efakit/gpudirect"
-	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/internal/pciids"
 	"github.com/efakit/efakit/internal/placed"
 	"github.com/efakit/efakit/internal/sysread"
@@ -288,7 +287,7 @@ func printMatrix(w io.Writer, t *topology.Topology, v topoView) {
 			fmt.Fprintf(w, "  node%d: CPUs %s, distances %v\n", n.ID, n.CPUs, n.Distances)
 		}
 	} else if t.Host != nil {
-		fmt.Fprintf(w, "\nNo NUMA nodes in %s\n", host.NodeDir)
+		fmt.Fprintf(w, "\nNo NUMA nodes in %s\n", "devices/system/node")
 	}
 	printGPUDirect(w, v)
 	for _, n := range v.Notes {

@@ -49,7 +49,7 @@ func TestBadNamesNeverPublished(t *testing.T) {
 			}
 			dir := filepath.Join(t.TempDir(), "sys")
 			require.NoError(t, fakesys.WriteTree(dir, bad))
-			disk, err := sysfs.OpenDir(dir)
+			disk, err := sysfs.Open(dir)
 			require.NoError(t, err)
 			defer disk.Close()
 			roots["disk"] = disk
