@@ -10,6 +10,7 @@ import (
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/internal/sysread"
+	"github.com/efakit/efakit/sysfs"
 )
 
 // Counters are the hardware counters of an EFA at one moment: the device's
@@ -52,16 +53,16 @@ func readCounterDir(r *sysread.Reader, dev, dir string) (map[string]uint64, erro
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil // older drivers have no counters
 		}
-		return nil, &Error{Device: dev, File: dir, Err: fserr.Cause(err)}
+		return nil, &sysfs.Error{Subsystem: "efa", Device: dev, File: dir, Err: fserr.Cause(err)}
 	}
 	out := make(map[string]uint64, len(ents))
 	var errs []error
 	for _, e := range ents {
-		if e.IsDir() {
+		if e.IsDir() || e.Name() == notACounter {
 			continue
 		}
 		if err := names.CheckName(e.Name()); err != nil {
-			errs = append(errs, &Error{Device: dev, File: dir, Err: fmt.Errorf("counter left out: %w", err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: dev, File: dir, Err: fmt.Errorf("counter left out: %w", err)})
 			continue
 		}
 		f := dir + "/" + e.Name()
@@ -73,7 +74,7 @@ func readCounterDir(r *sysread.Reader, dev, dir string) (map[string]uint64, erro
 				continue
 			}
 		}
-		errs = append(errs, &Error{Device: dev, File: f, Err: fserr.Cause(err)})
+		errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: dev, File: f, Err: fserr.Cause(err)})
 	}
 	return out, errors.Join(errs...)
 }
@@ -114,7 +115,7 @@ func (d *Device) ReadPortLink(fsys fs.FS, port int) (PortLink, error) {
 	}
 	if err != nil {
 		l.State = ""
-		errs = append(errs, &Error{Device: d.Name, File: dir + "/state", Err: fserr.Cause(err)})
+		errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: d.Name, File: dir + "/state", Err: fserr.Cause(err)})
 	} else {
 		l.StateOK = true
 	}
@@ -124,7 +125,7 @@ func (d *Device) ReadPortLink(fsys fs.FS, port int) (PortLink, error) {
 	}
 	if err != nil {
 		l.RateGbps = 0
-		errs = append(errs, &Error{Device: d.Name, File: dir + "/rate", Err: fserr.Cause(err)})
+		errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: d.Name, File: dir + "/rate", Err: fserr.Cause(err)})
 	} else {
 		l.RateOK = true
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
-	namecheck "github.com/efakit/efakit/internal/names"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 )
@@ -45,16 +44,6 @@ func TestReadDriverVersion(t *testing.T) {
 			assert.True(t, strings.HasPrefix(err.Error(), tc.error), err.Error())
 			assert.NotContains(t, err.Error(), "\n", "one line")
 		})
-	}
-}
-
-func TestCheckDriverVersion(t *testing.T) {
-	t.Parallel()
-	for _, s := range []string{"2.13.0g", "1.16.0", "3.1.0g", "2.17.3g+dirty"} {
-		assert.NoError(t, efa.CheckDriverVersion(s), s)
-	}
-	for _, s := range []string{"", "g2.13.0", "2.13 0g", "2.13.0\x7f", "2.13.0\xff", strings.Repeat("1", 65)} {
-		assert.Error(t, efa.CheckDriverVersion(s), "%q", s)
 	}
 }
 
@@ -120,17 +109,6 @@ func TestGDR(t *testing.T) {
 	_, res, err = efa.Scan(b.FS())
 	require.NoError(t, err)
 	require.NotNil(t, res.EFAs[0].GDR)
-}
-
-func FuzzCheckDriverVersion(f *testing.F) {
-	for _, s := range []string{"2.13.0g", "", "g", "2.13 0g", "1\n"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if efa.CheckDriverVersion(s) == nil && namecheck.CheckName(s) != nil {
-			t.Fatalf("%q accepted but cannot be printed", s)
-		}
-	})
 }
 
 func FuzzParseGDR(f *testing.F) {

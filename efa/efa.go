@@ -16,6 +16,7 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -23,10 +24,6 @@ import (
 
 // vendorAmazon is Amazon's PCI vendor ID.
 const vendorAmazon = 0x1d0f
-
-// PCIDeviceName is pci.ids's name of every EFA generation, the string AWS's
-// EFA DeviceClass selects on.
-const PCIDeviceName = "Elastic Fabric Adapter (EFA)"
 
 // Generation is the EFA generation, from the PCI device ID: 0xefa0 is efa0
 // (p4d), 0xefa1 efa1 (p5, trn1), 0xefa2 efa2 (p5en), 0xefa3 efa3.
@@ -125,20 +122,6 @@ func (v *Verbs) Dev() uint64 {
 	return unix.Mkdev(v.Major, v.Minor)
 }
 
-// Error is the error for one device: which one, and which file.
-type Error struct {
-	Device string // the RDMA device name, or the PCI address before it is known
-	File   string // root-relative path
-	Err    error
-}
-
-// Error prints the device, file and cause, each quoted when it holds what
-// would break the line (a damaged tree's names).
-func (e *Error) Error() string {
-	return fmt.Sprintf("efa %s: %s: %s", names.Printable(e.Device), names.Printable(e.File), names.Printable(e.Err.Error()))
-}
-func (e *Error) Unwrap() error { return e.Err }
-
 // IsEFA reports whether a PCI function is an EFA by its IDs or driver. It
 // is an RDMA device only when the efa driver has made an infiniband child.
 func IsEFA(d *pcie.Device) bool {
@@ -209,11 +192,11 @@ func discoverOnly(r *sysread.Reader, tree *pcie.Tree, want optional) (*Result, e
 			continue
 		}
 		if err != nil {
-			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: d.Address.String(), File: ibDir, Err: fserr.Cause(err)})
 			continue
 		}
 		if len(ents) != 1 {
-			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))})
+			errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))})
 			if len(ents) == 0 {
 				res.Inactive = append(res.Inactive, d)
 				continue
@@ -222,7 +205,7 @@ func discoverOnly(r *sysread.Reader, tree *pcie.Tree, want optional) (*Result, e
 		// A name that cannot be printed would forge rows of `efakit list`
 		// and be published: the device is left out.
 		if err := names.CheckName(ents[0].Name()); err != nil {
-			errs = append(errs, &Error{Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("RDMA device left out: %w", err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: d.Address.String(), File: ibDir, Err: fmt.Errorf("RDMA device left out: %w", err)})
 			continue
 		}
 		dev, derrs := readDevice(r, d, ents[0].Name(), want)
@@ -240,7 +223,7 @@ func readDevice(r *sysread.Reader, pci *pcie.Device, name string, want optional)
 	d := &Device{Name: name, PCI: pci, Generation: Generation(pci.Device), IBPath: ib}
 	var errs []error
 	fail := func(file string, err error) {
-		errs = append(errs, &Error{Device: name, File: file, Err: fserr.Cause(err)})
+		errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: name, File: file, Err: fserr.Cause(err)})
 	}
 	// node_guid, sys_image_guid and fw_ver exist for every RDMA device. A
 	// value that does not check stays unknown (""), with the error.
@@ -292,7 +275,7 @@ func readDevice(r *sysread.Reader, pci *pcie.Device, name string, want optional)
 func readOptional(r *sysread.Reader, d *Device, want optional) []error {
 	var errs []error
 	fail := func(file string, err error) {
-		errs = append(errs, &Error{Device: d.Name, File: file, Err: fserr.Cause(err)})
+		errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: d.Name, File: file, Err: fserr.Cause(err)})
 	}
 	for _, f := range []struct {
 		name  string
@@ -347,12 +330,6 @@ func parseGDR(s string) (bool, error) {
 	return false, fmt.Errorf("%q is not a gdr value (\"1\" or \"0\")", clip(s))
 }
 
-// DriverVersionFile is the efa module's version. The out-of-tree driver
-// of the EFA installer sets one ("2.13.0g": DRV_MODULE_VERSION in
-// amzn-drivers' kernel/linux/efa/src/efa_main.c); the in-tree driver, a
-// kernel with efa built in, and a capture without module/ have none.
-const DriverVersionFile = "module/efa/version"
-
 // ReadDriverVersion reads the efa module's version from the same root as
 // the devices (os.DirFS("/sys") holds module/). It returns "" without an
 // error where the file is absent: the in-tree driver, or a version
@@ -360,33 +337,23 @@ const DriverVersionFile = "module/efa/version"
 // naming it, and "".
 func ReadDriverVersion(fsys fs.FS) (string, error) {
 	r := sysread.New(fsys)
-	s, err := r.ReadString(DriverVersionFile)
+	s, err := r.ReadString(sysattr.EFADriverVersion)
 	if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink) {
 		return "", nil
 	}
 	if err == nil {
-		err = CheckDriverVersion(s)
+		err = sysattr.CheckModuleVersion(s)
 	}
 	if err != nil {
-		return "", &Error{Device: "efa module", File: DriverVersionFile, Err: fserr.Cause(err)}
+		return "", &sysfs.Error{Subsystem: "efa", Device: "efa module", File: sysattr.EFADriverVersion, Err: fserr.Cause(err)}
 	}
 	return s, nil
-}
-
-// CheckDriverVersion checks a module version as the kernel prints it:
-// a number first ("2.13.0g"), then at most 63 more printable characters
-// with no space.
-func CheckDriverVersion(s string) error {
-	if s == "" || s[0] < '0' || s[0] > '9' || len(s) > 64 || names.CheckName(s) != nil {
-		return fmt.Errorf("%q is not a module version (\"2.13.0g\")", clip(s))
-	}
-	return nil
 }
 
 func readPort(r *sysread.Reader, dev, dir string) (*Port, []error) {
 	var errs []error
 	fail := func(file string, err error) {
-		errs = append(errs, &Error{Device: dev, File: file, Err: fserr.Cause(err)})
+		errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: dev, File: file, Err: fserr.Cause(err)})
 	}
 	n, err := strconv.Atoi(path.Base(dir))
 	if err != nil || n < 1 || n > 255 {
@@ -458,7 +425,7 @@ func findVerbs(r *sysread.Reader, pci *pcie.Device, name string) (*Verbs, error)
 	dir := pci.Path + "/infiniband_verbs"
 	ents, err := r.ReadDir(dir)
 	if err != nil {
-		return nil, &Error{Device: name, File: dir, Err: fserr.Cause(err)}
+		return nil, &sysfs.Error{Subsystem: "efa", Device: name, File: dir, Err: fserr.Cause(err)}
 	}
 	// The kernel names them uverbs<N>; the name makes the device node's
 	// path, which a container is given. Other names are left out, and
@@ -469,7 +436,7 @@ func findVerbs(r *sysread.Reader, pci *pcie.Device, name string) (*Verbs, error)
 		err := checkUverbsName(e.Name())
 		ok[i] = err == nil
 		if err != nil && (strings.HasPrefix(e.Name(), "uverbs") || names.CheckName(e.Name()) != nil) {
-			bad = append(bad, &Error{Device: name, File: dir, Err: fmt.Errorf("uverbs device left out: %w", err)})
+			bad = append(bad, &sysfs.Error{Subsystem: "efa", Device: name, File: dir, Err: fmt.Errorf("uverbs device left out: %w", err)})
 		}
 	}
 	errs := bad
@@ -480,7 +447,7 @@ func findVerbs(r *sysread.Reader, pci *pcie.Device, name string) (*Verbs, error)
 		vd := dir + "/" + e.Name()
 		ibdev, err := r.ReadString(vd + "/ibdev")
 		if err != nil {
-			errs = append(errs, &Error{Device: name, File: vd + "/ibdev", Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "efa", Device: name, File: vd + "/ibdev", Err: fserr.Cause(err)})
 			continue
 		}
 		if ibdev != name {
@@ -489,18 +456,18 @@ func findVerbs(r *sysread.Reader, pci *pcie.Device, name string) (*Verbs, error)
 		s, err := r.ReadString(vd + "/dev")
 		if err == nil {
 			var v Verbs
-			v.Major, v.Minor, err = ParseDevNumber(s)
+			v.Major, v.Minor, err = sysattr.ParseDevNumber(s)
 			if err == nil {
 				v.Name = e.Name()
 				return &v, errors.Join(bad...)
 			}
 		}
-		return nil, errors.Join(append(bad, &Error{Device: name, File: vd + "/dev", Err: fserr.Cause(err)})...)
+		return nil, errors.Join(append(bad, &sysfs.Error{Subsystem: "efa", Device: name, File: vd + "/dev", Err: fserr.Cause(err)})...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return nil, &Error{Device: name, File: dir, Err: errors.New("no uverbs device (is ib_uverbs loaded?)")}
+	return nil, &sysfs.Error{Subsystem: "efa", Device: name, File: dir, Err: errors.New("no uverbs device (is ib_uverbs loaded?)")}
 }
 
 // enaNetdevs lists the network interfaces of ENA functions.
@@ -513,13 +480,13 @@ func enaNetdevs(r *sysread.Reader, tree *pcie.Tree, errs *[]error) []netdev {
 		ents, err := r.ReadDir(d.Path + "/net")
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: fserr.Cause(err)})
+				*errs = append(*errs, &sysfs.Error{Subsystem: "efa", Device: d.Address.String(), File: d.Path + "/net", Err: fserr.Cause(err)})
 			}
 			continue
 		}
 		for _, e := range ents {
 			if err := names.CheckName(e.Name()); err != nil {
-				*errs = append(*errs, &Error{Device: d.Address.String(), File: d.Path + "/net", Err: fmt.Errorf("network interface left out: %w", err)})
+				*errs = append(*errs, &sysfs.Error{Subsystem: "efa", Device: d.Address.String(), File: d.Path + "/net", Err: fmt.Errorf("network interface left out: %w", err)})
 				continue
 			}
 			// A MAC that cannot be read or parsed stays unknown: the
@@ -531,7 +498,7 @@ func enaNetdevs(r *sysread.Reader, tree *pcie.Tree, errs *[]error) []netdev {
 				_, err = parseMAC(mac)
 			}
 			if err != nil {
-				*errs = append(*errs, &Error{Device: d.Address.String(), File: f, Err: fserr.Cause(err)})
+				*errs = append(*errs, &sysfs.Error{Subsystem: "efa", Device: d.Address.String(), File: f, Err: fserr.Cause(err)})
 			} else {
 				nd.mac = mac
 			}
@@ -658,20 +625,6 @@ func parseRate(s string) (float64, error) {
 	return v, nil
 }
 
-// ParseDevNumber parses a dev attribute, "231:192", into major and minor.
-func ParseDevNumber(s string) (major, minor uint32, err error) {
-	a, b, ok := strings.Cut(s, ":")
-	if ok {
-		ma, err1 := strconv.ParseUint(a, 10, 32)
-		mi, err2 := strconv.ParseUint(b, 10, 32)
-		// Linux device numbers: 12-bit major, 20-bit minor.
-		if err1 == nil && err2 == nil && ma < 1<<12 && mi < 1<<20 {
-			return uint32(ma), uint32(mi), nil
-		}
-	}
-	return 0, 0, fmt.Errorf("%q is not \"<major>:<minor>\"", clip(s))
-}
-
 // checkGUID checks the "cd77:f833:0000:1001" form: four groups of four hex
 // digits.
 func checkGUID(s string) error {
@@ -738,8 +691,8 @@ func clip(s string) string {
 	return s
 }
 
-// Scan reads the PCI tree and the EFAs of a sysfs root in one pass, with
-// one Reader so that no file is read twice.
+// Scan reads the PCI tree and the EFAs of a sysfs root in one pass, which
+// reads no file twice.
 func Scan(fsys fs.FS) (*pcie.Tree, *Result, error) {
 	r := sysread.New(fsys)
 	tree, perr := pcie.Discover(r)
@@ -765,14 +718,14 @@ func ReadCurrent(fsys fs.FS, addr pcie.Address) (Current, error) {
 	ib := dir + "/infiniband"
 	ents, err := r.ReadDir(ib)
 	if err != nil {
-		return Current{}, &Error{Device: addr.String(), File: ib, Err: fserr.Cause(err)}
+		return Current{}, &sysfs.Error{Subsystem: "efa", Device: addr.String(), File: ib, Err: fserr.Cause(err)}
 	}
 	if len(ents) != 1 {
-		return Current{}, &Error{Device: addr.String(), File: ib, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))}
+		return Current{}, &sysfs.Error{Subsystem: "efa", Device: addr.String(), File: ib, Err: fmt.Errorf("want one RDMA device, found %d", len(ents))}
 	}
 	name := ents[0].Name()
 	if err := names.CheckName(name); err != nil {
-		return Current{}, &Error{Device: addr.String(), File: ib, Err: fmt.Errorf("RDMA device left out: %w", err)}
+		return Current{}, &sysfs.Error{Subsystem: "efa", Device: addr.String(), File: ib, Err: fmt.Errorf("RDMA device left out: %w", err)}
 	}
 	// Entries left out beside the device found were reported by the
 	// discovery; they do not stop a prepare.

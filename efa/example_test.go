@@ -94,7 +94,7 @@ func ExampleDevice_ReadCounters() {
 	}
 	fmt.Println("no_completion_cmds", after.Device["no_completion_cmds"])
 	// Output:
-	// rdmap79s0 13 device counters, 18 on port 1
+	// rdmap79s0 12 device counters, 17 on port 1
 	// rx_bytes 0 advanced by 0
 	// tx_bytes 0 advanced by 0
 	// retrans_timeout_events not exposed by this driver

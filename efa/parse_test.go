@@ -37,17 +37,6 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-func TestParseDevNumber(t *testing.T) {
-	t.Parallel()
-	ma, mi, err := ParseDevNumber("231:192")
-	assert.NoError(t, err)
-	assert.Equal(t, [2]uint32{231, 192}, [2]uint32{ma, mi})
-	for _, in := range []string{"", "231", "231:", ":1", "a:b", "4096:0", "1:1048576", "-1:2", "231:192:1"} {
-		_, _, err := ParseDevNumber(in)
-		assert.Error(t, err, "%q", in)
-	}
-}
-
 func TestParseCounter(t *testing.T) {
 	t.Parallel()
 	v, err := ParseCounter("18446744073709551615")
@@ -153,17 +142,6 @@ func FuzzParseRate(f *testing.F) {
 		v, err := ParseRate(s)
 		if err == nil && (v < 0 || v != v || namecheck.CheckText(s) != nil) {
 			t.Fatalf("%q -> %v", s, v)
-		}
-	})
-}
-
-func FuzzParseDevNumber(f *testing.F) {
-	f.Add("231:192")
-	f.Add("1:")
-	f.Fuzz(func(t *testing.T, s string) {
-		ma, mi, err := ParseDevNumber(s)
-		if err == nil && (ma >= 1<<12 || mi >= 1<<20) {
-			t.Fatalf("%q -> %d:%d", s, ma, mi)
 		}
 	})
 }

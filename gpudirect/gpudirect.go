@@ -25,6 +25,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/topology"
@@ -173,7 +174,7 @@ func (p Pair) Reasons() []string {
 	return out
 }
 
-// Assess judges each GPU of t with its closest EFAs (topology.Closest),
+// Assess judges each GPU of t with its closest EFAs (Topology.Closest),
 // in the GPUs' order, without ACS (Judge and JudgePair add it), from what
 // the scan read: the devices' IOMMU groups and the EFAs' gdr files among
 // it. It writes nothing into t, so several goroutines may judge one
@@ -293,7 +294,7 @@ func nvidiaDriver(g *pcie.Device, n Node) Finding {
 	case "nvidia":
 		v := n.NVIDIAVersion
 		if v == "" {
-			v = "version unknown: no " + NVIDIAVersionFile
+			v = "version unknown: no " + sysattr.NVIDIADriverVersion
 		}
 		f.Message = fmt.Sprintf("GPU %s bound to nvidia (%s)", g.Address, v)
 	case "":
@@ -338,7 +339,7 @@ func efaPeerMemory(e *efa.Device, n Node) Finding {
 		f.Message = "the efa driver found none of NVIDIA's peer-memory symbols (gdr: 0): reload efa with nvidia loaded"
 	case n.EFADriverVersion == "" && e.P2P == "":
 		f.Status = Blocked
-		f.Message = "the in-tree efa driver has no peer-memory path (no " + efa.DriverVersionFile + ", no p2p file): install the EFA installer's driver, or use dma-buf"
+		f.Message = "the in-tree efa driver has no peer-memory path (no " + sysattr.EFADriverVersion + ", no p2p file): install the EFA installer's driver, or use dma-buf"
 	default:
 		f.Status = Blocked
 		f.Message = fmt.Sprintf("the efa driver %s found no NVIDIA peer-memory provider (p2p: %q); it looks for one when it loads: reload efa with nvidia loaded", n.EFADriverVersion, e.P2P)
@@ -364,7 +365,7 @@ func nvidiaTopology(g, e *pcie.Device, n Node) Finding {
 	branch, ok := driverBranch(n.NVIDIAVersion)
 	if !ok {
 		f.Status = Unknown
-		f.Message = where + ": the rule depends on the NVIDIA driver's branch, and " + NVIDIAVersionFile + " was not read"
+		f.Message = where + ": the rule depends on the NVIDIA driver's branch, and " + sysattr.NVIDIADriverVersion + " was not read"
 		return f
 	}
 	if branch >= 595 {
@@ -471,9 +472,9 @@ func acsFinding(r *sysread.Reader, cache map[*pcie.Device]acsRead, a, b *pcie.De
 	return f, errs
 }
 
-// Judge is the whole judgement of a root, through one Reader: the node's
+// Judge is the whole judgement of a root, reading no file twice: the node's
 // facts (ReadNode; proc may be nil), each GPU with its closest EFAs
-// (Assess), and the ACS of the switch ports between them (readACS).
+// (Assess), and the ACS of the switch ports between them.
 func Judge(fsys fs.FS, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
 	r := sysread.New(fsys)
 	n, nerr := ReadNode(r, proc)

@@ -190,7 +190,7 @@ func TestACS(t *testing.T) {
 	p5 := gdrcases.Machine{Product: "p5.48xlarge", Shared: true, P2P: "NVIDIA", EFAModule: "2.13.0g", NVIDIA: "580.105.08"}
 
 	redirect := p5
-	redirect.ACS = &pcie.ACS{Capability: 0x5f, Control: pcie.ACSSourceValidation | pcie.ACSRequestRedirect | pcie.ACSCompletionRedirect | pcie.ACSUpstreamForwarding}
+	redirect.ACS = &pcie.ACS{Capability: 0x5f, Control: 0x1d} // SrcValid ReqRedir CmpltRedir UpstreamFwd
 	p := assess(t, redirect, proc(al2023, "-"))
 	assert.Equal(t, gpudirect.Slow, p.Status)
 	require.NotNil(t, p.ACS)

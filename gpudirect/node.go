@@ -10,16 +10,14 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
 
-// Files the node facts come from: NVIDIAVersionFile under the sysfs root,
-// the others under the proc root.
+// Files the node facts come from: sysattr.NVIDIADriverVersion under the
+// sysfs root, the others under the proc root.
 const (
-	// NVIDIAVersionFile is the nvidia module's MODULE_VERSION
-	// ("580.105.08"), present while the module is loaded.
-	NVIDIAVersionFile = "module/nvidia/version"
 	// nVIDIAParamsFile lists the nvidia module's parameters as it took
 	// them, "Name: value" a line, without the NVreg_ prefix.
 	nVIDIAParamsFile = "driver/nvidia/params"
@@ -35,7 +33,7 @@ const topoCheckOverride = "GrdmaPciTopoCheckOverride"
 // Node is what the node's kernel and drivers say about GPUDirect RDMA,
 // beside the topology. Each field's zero value means unknown.
 type Node struct {
-	// NVIDIAVersion is NVIDIAVersionFile, "" when the file is absent (the
+	// NVIDIAVersion is sysattr.NVIDIADriverVersion, "" when the file is absent (the
 	// module not loaded, or a capture without it) or damaged.
 	NVIDIAVersion string
 	// NVIDIAParams are nVIDIAParamsFile's, nil when not read (no proc
@@ -43,7 +41,7 @@ type Node struct {
 	NVIDIAParams map[string]string
 	// KernelRelease is kernelReleaseFile's, "" when not read.
 	KernelRelease string
-	// EFADriverVersion is efa.DriverVersionFile: the out-of-tree efa
+	// EFADriverVersion is sysattr.EFADriverVersion: the out-of-tree efa
 	// driver's version, "" for the in-tree driver (or a capture without
 	// it).
 	EFADriverVersion string
@@ -60,13 +58,13 @@ func ReadNode(fsys fs.FS, proc fs.FS) (Node, error) {
 	absent := func(err error) bool {
 		return errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink)
 	}
-	switch s, err := r.ReadString(NVIDIAVersionFile); {
-	case err == nil && efa.CheckDriverVersion(s) == nil:
+	switch s, err := r.ReadString(sysattr.NVIDIADriverVersion); {
+	case err == nil && sysattr.CheckModuleVersion(s) == nil:
 		n.NVIDIAVersion = s
 	case err == nil:
-		errs = append(errs, fmt.Errorf("%s: %w", NVIDIAVersionFile, efa.CheckDriverVersion(s)))
+		errs = append(errs, fmt.Errorf("%s: %w", sysattr.NVIDIADriverVersion, sysattr.CheckModuleVersion(s)))
 	case !absent(err):
-		errs = append(errs, fmt.Errorf("%s: %w", NVIDIAVersionFile, fserr.Cause(err)))
+		errs = append(errs, fmt.Errorf("%s: %w", sysattr.NVIDIADriverVersion, fserr.Cause(err)))
 	}
 	v, err := efa.ReadDriverVersion(r)
 	n.EFADriverVersion = v

@@ -13,13 +13,11 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
-
-// ProductNameFile holds the DMI product name, the instance type on EC2.
-const ProductNameFile = "devices/virtual/dmi/id/product_name"
 
 // nodeDir lists the NUMA nodes.
 const nodeDir = "devices/system/node"
@@ -47,24 +45,8 @@ type NUMANode struct {
 	Socket int
 }
 
-// Error is the error for one NUMA node, or for the host: which one, and
-// which file.
-type Error struct {
-	Node int    // the NUMA node's ID; -1 for the host (DMI, the node list)
-	File string // root-relative path
-	Err  error
-}
-
-// Error prints the node, file and cause, each quoted when it holds what
-// would break the line.
-func (e *Error) Error() string {
-	if e.Node < 0 {
-		return fmt.Sprintf("host: %s: %s", names.Printable(e.File), names.Printable(e.Err.Error()))
-	}
-	return fmt.Sprintf("host: node %d: %s: %s", e.Node, names.Printable(e.File), names.Printable(e.Err.Error()))
-}
-
-func (e *Error) Unwrap() error { return e.Err }
+// nodeName names a NUMA node in an error (sysfs.Error.Device).
+func nodeName(id int) string { return "node " + strconv.Itoa(id) }
 
 // maxNodes bounds a node ID: the kernel's MAX_NUMNODES is at most 1024
 // (NODES_SHIFT 10).
@@ -115,24 +97,24 @@ func Read(fsys fs.FS) (*Info, error) {
 	r := sysread.New(fsys)
 	info := &Info{}
 	var errs []error
-	switch s, err := r.ReadString(ProductNameFile); {
+	switch s, err := r.ReadString(sysattr.DMIProductName); {
 	case err == nil:
 		// Printed by `efakit topo` and matched against the Neuron tables:
 		// text that cannot be printed stays unknown.
 		if err := names.CheckText(s); err != nil {
-			errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: err})
+			errs = append(errs, &sysfs.Error{Subsystem: "host", File: sysattr.DMIProductName, Err: err})
 		} else {
 			info.InstanceType = s
 		}
 	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 	default:
-		errs = append(errs, &Error{Node: -1, File: ProductNameFile, Err: fserr.Cause(err)})
+		errs = append(errs, &sysfs.Error{Subsystem: "host", File: sysattr.DMIProductName, Err: fserr.Cause(err)})
 	}
 
 	ents, err := r.ReadDir(nodeDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, &Error{Node: -1, File: nodeDir, Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "host", File: nodeDir, Err: fserr.Cause(err)})
 		}
 		return info, errors.Join(errs...)
 	}
@@ -144,7 +126,7 @@ func Read(fsys fs.FS) (*Info, error) {
 			err = names.CheckName(e.Name())
 		}
 		if err != nil {
-			errs = append(errs, &Error{Node: -1, File: nodeDir, Err: fmt.Errorf("node left out: %w", err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "host", File: nodeDir, Err: fmt.Errorf("node left out: %w", err)})
 			continue
 		}
 		if !ok {
@@ -160,7 +142,7 @@ func Read(fsys fs.FS) (*Info, error) {
 				err = parse(s)
 			}
 			if err != nil {
-				errs = append(errs, &Error{Node: id, File: f, Err: fserr.Cause(err)})
+				errs = append(errs, &sysfs.Error{Subsystem: "host", Device: nodeName(id), File: f, Err: fserr.Cause(err)})
 			}
 		}
 		read(dir+"/cpulist", func(s string) error {
@@ -184,11 +166,11 @@ func Read(fsys fs.FS) (*Info, error) {
 				if v, perr := parseSocket(s); perr == nil {
 					n.Socket = v
 				} else {
-					errs = append(errs, &Error{Node: id, File: f, Err: perr})
+					errs = append(errs, &sysfs.Error{Subsystem: "host", Device: nodeName(id), File: f, Err: perr})
 				}
 			case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 			default:
-				errs = append(errs, &Error{Node: id, File: f, Err: fserr.Cause(err)})
+				errs = append(errs, &sysfs.Error{Subsystem: "host", Device: nodeName(id), File: f, Err: fserr.Cause(err)})
 			}
 		}
 		info.NUMANodes = append(info.NUMANodes, n)

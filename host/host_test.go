@@ -10,6 +10,7 @@ import (
 
 	"github.com/efakit/efakit/host"
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -83,8 +84,8 @@ func TestDamagedStaysUnknown(t *testing.T) {
 		who         string // "node 1", or "" for the host
 		unknown     func(i *host.Info)
 	}{
-		{host.ProductNameFile, "p5.48xlarge\nInstance type: trn1.32xlarge\n", "", func(i *host.Info) { i.InstanceType = "" }},
-		{host.ProductNameFile, "p5.48xlarge\xff\n", "", func(i *host.Info) { i.InstanceType = "" }},
+		{sysattr.DMIProductName, "p5.48xlarge\nInstance type: trn1.32xlarge\n", "", func(i *host.Info) { i.InstanceType = "" }},
+		{sysattr.DMIProductName, "p5.48xlarge\xff\n", "", func(i *host.Info) { i.InstanceType = "" }},
 		// Without its CPUs, the node's socket is unknown too.
 		{node1 + "cpulist", "48-x\n", "node 1", func(i *host.Info) { i.NUMANodes[1].CPUs, i.NUMANodes[1].Socket = nil, -1 }},
 		{node1 + "distance", "32 ten\n", "node 1", func(i *host.Info) { i.NUMANodes[1].Distances = nil }},
@@ -105,9 +106,12 @@ func TestDamagedStaysUnknown(t *testing.T) {
 			require.Error(t, err)
 			prefix := "host: "
 			if tc.who != "" {
-				prefix += tc.who + ": "
+				prefix = "host " + tc.who + ": "
 			}
 			assert.Contains(t, err.Error(), prefix+tc.file+": ")
+			var se *sysfs.Error
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, sysfs.Error{Subsystem: "host", Device: tc.who, File: tc.file, Err: se.Err}, *se)
 			assert.Len(t, strings.Split(err.Error(), "\n"), 1, err.Error())
 			assert.Equal(t, want, got)
 		})

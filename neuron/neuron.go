@@ -16,14 +16,11 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
-
-// ClassDir is where the neuron driver's class devices live. They have no
-// link to their PCI function: the family tables give it.
-const ClassDir = "devices/virtual/neuron_device"
 
 // driverName is the kernel driver of Neuron PCI functions.
 const driverName = "neuron-driver"
@@ -57,26 +54,6 @@ type ClassDevice struct {
 	Instance   string // info/architecture/instance_type, "Trn1"
 	DeviceName string // info/architecture/device_name, "Trainium1"
 }
-
-// Error is the error for one class device (or the class directory): which
-// one, and which file.
-type Error struct {
-	Device string // neuron<N>; "" for the class directory itself
-	File   string // root-relative path
-	Err    error
-}
-
-// Error prints the device, file and cause, each quoted when it holds what
-// would break the line.
-func (e *Error) Error() string {
-	dev := "neuron"
-	if e.Device != "" {
-		dev = names.Printable(e.Device)
-	}
-	return fmt.Sprintf("%s: %s: %s", dev, names.Printable(e.File), names.Printable(e.Err.Error()))
-}
-
-func (e *Error) Unwrap() error { return e.Err }
 
 // parseIndex parses the N of a class device's name, neuron<N>, as the
 // driver prints it: decimal, no sign or leading zero, at most 1023.
@@ -116,12 +93,12 @@ func ReadClass(fsys fs.FS) ([]ClassDevice, error) {
 // readClassOnly is ReadClass reading, of each class device's optional
 // attributes, only those in want; the others stay unknown (0, nil, "").
 func readClassOnly(r *sysread.Reader, want optional) ([]ClassDevice, error) {
-	ents, err := r.ReadDir(ClassDir)
+	ents, err := r.ReadDir(sysattr.NeuronClassDir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, &Error{File: ClassDir, Err: fserr.Cause(err)}
+		return nil, &sysfs.Error{Subsystem: "neuron", File: sysattr.NeuronClassDir, Err: fserr.Cause(err)}
 	}
 	var out []ClassDevice
 	var errs []error
@@ -135,14 +112,14 @@ func readClassOnly(r *sysread.Reader, want optional) ([]ClassDevice, error) {
 				err = fmt.Errorf("%q is not neuron<N> with N of 0-1023", clip(e.Name()))
 			}
 			if err != nil {
-				errs = append(errs, &Error{File: ClassDir, Err: fmt.Errorf("class device left out: %w", err)})
+				errs = append(errs, &sysfs.Error{Subsystem: "neuron", File: sysattr.NeuronClassDir, Err: fmt.Errorf("class device left out: %w", err)})
 			}
 			continue
 		}
-		dir := ClassDir + "/" + e.Name()
+		dir := sysattr.NeuronClassDir + "/" + e.Name()
 		d := ClassDevice{Index: n}
 		fail := func(f string, err error) {
-			errs = append(errs, &Error{Device: e.Name(), File: dir + "/" + f, Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "neuron", Device: e.Name(), File: dir + "/" + f, Err: fserr.Cause(err)})
 		}
 		// A value that does not parse, or text that cannot be printed,
 		// stays unknown (0, nil, ""), with the error.
@@ -331,8 +308,8 @@ func (t *Table) IndexOf(a pcie.Address) int {
 	return -1
 }
 
-// GroupSizes are the device-group sizes AWS publishes besides 1.
-var GroupSizes = []int{4, 8, 16}
+// groupSizes are the device-group sizes AWS publishes besides 1.
+var groupSizes = []int{4, 8, 16}
 
 // Groups are the resource.aws.com/devicegroup{1,4,8,16}_id values of one
 // device.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
@@ -133,7 +134,7 @@ func cleanClass(t *testing.T, base []sysfs.Entry) []neuron.ClassDevice {
 func TestDamagedStaysUnknown(t *testing.T) {
 	t.Parallel()
 	base := capture(t)
-	dir := neuron.ClassDir + "/neuron3/"
+	dir := sysattr.NeuronClassDir + "/neuron3/"
 	for _, tc := range []struct {
 		file, value string
 		unknown     func(d *neuron.ClassDevice) // sets the field to its unknown value
@@ -173,10 +174,10 @@ func TestBadClassNamesLeftOut(t *testing.T) {
 			t.Parallel()
 			want := slices.Delete(cleanClass(t, base), 3, 4)
 			class, err := neuron.ReadClass(edited(t, base, func(e *sysfs.Entry) {
-				e.Path = strings.Replace(e.Path, neuron.ClassDir+"/neuron3", neuron.ClassDir+"/"+name, 1)
+				e.Path = strings.Replace(e.Path, sysattr.NeuronClassDir+"/neuron3", sysattr.NeuronClassDir+"/"+name, 1)
 			}))
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), "neuron: "+neuron.ClassDir+": ")
+			assert.Contains(t, err.Error(), "neuron: "+sysattr.NeuronClassDir+": ")
 			assert.Contains(t, err.Error(), strconv.Quote(name))
 			assert.Len(t, strings.Split(err.Error(), "\n"), 1, err.Error())
 			assert.Equal(t, want, class)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/sysread"
+	"github.com/efakit/efakit/sysfs"
 )
 
 // Config space sizes (PCI Express Base Specification, 7.2; the kernel's
@@ -27,22 +28,22 @@ const extCapACS = 0x000d
 // ACS control and capability bits (PCI Express Base Specification 7.7.11;
 // the kernel's PCI_ACS_*). The names are lspci's.
 const (
-	ACSSourceValidation    uint16 = 1 << 0 // SrcValid
-	aCSTranslationBlocking uint16 = 1 << 1 // TransBlk
-	ACSRequestRedirect     uint16 = 1 << 2 // ReqRedir: P2P requests go up to the root
-	ACSCompletionRedirect  uint16 = 1 << 3 // CmpltRedir
-	ACSUpstreamForwarding  uint16 = 1 << 4 // UpstreamFwd
-	aCSEgressControl       uint16 = 1 << 5 // EgressCtrl: P2P to some ports blocked
-	aCSDirectTranslated    uint16 = 1 << 6 // DirectTrans: ATS-translated P2P goes direct
+	acsSourceValidation    uint16 = 1 << 0 // SrcValid
+	acsTranslationBlocking uint16 = 1 << 1 // TransBlk
+	acsRequestRedirect     uint16 = 1 << 2 // ReqRedir: P2P requests go up to the root
+	acsCompletionRedirect  uint16 = 1 << 3 // CmpltRedir
+	acsUpstreamForwarding  uint16 = 1 << 4 // UpstreamFwd
+	acsEgressControl       uint16 = 1 << 5 // EgressCtrl: P2P to some ports blocked
+	acsDirectTranslated    uint16 = 1 << 6 // DirectTrans: ATS-translated P2P goes direct
 )
 
 var acsNames = []struct {
 	bit  uint16
 	name string
 }{
-	{ACSSourceValidation, "SrcValid"}, {aCSTranslationBlocking, "TransBlk"}, {ACSRequestRedirect, "ReqRedir"},
-	{ACSCompletionRedirect, "CmpltRedir"}, {ACSUpstreamForwarding, "UpstreamFwd"}, {aCSEgressControl, "EgressCtrl"},
-	{aCSDirectTranslated, "DirectTrans"},
+	{acsSourceValidation, "SrcValid"}, {acsTranslationBlocking, "TransBlk"}, {acsRequestRedirect, "ReqRedir"},
+	{acsCompletionRedirect, "CmpltRedir"}, {acsUpstreamForwarding, "UpstreamFwd"}, {acsEgressControl, "EgressCtrl"},
+	{acsDirectTranslated, "DirectTrans"},
 }
 
 // ACS is a port's Access Control Services capability: what it can do and
@@ -58,7 +59,7 @@ type ACS struct {
 // control on): traffic between a GPU and an EFA below it then leaves the
 // switch.
 func (a ACS) Redirects() bool {
-	return a.Control&(ACSRequestRedirect|ACSCompletionRedirect|aCSEgressControl) != 0
+	return a.Control&(acsRequestRedirect|acsCompletionRedirect|acsEgressControl) != 0
 }
 
 // String prints the control bits as lspci's ACSCtl line does:
@@ -134,7 +135,7 @@ func ReadACS(fsys fs.FS, d *Device) (*ACS, error) {
 		acs, err = parseACS(b)
 	}
 	if err != nil {
-		return nil, &DeviceError{Address: d.Address.String(), File: file, Err: fserr.Cause(err)}
+		return nil, &sysfs.Error{Subsystem: "pci", Device: d.Address.String(), File: file, Err: fserr.Cause(err)}
 	}
 	return acs, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/efakit/efakit/internal/fakesys"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
+	"github.com/efakit/efakit/sysfs"
 )
 
 func TestParseACS(t *testing.T) {
@@ -86,8 +87,10 @@ func TestReadACS(t *testing.T) {
 	assert.ErrorContains(t, err, "pci 0000:45:00.0: devices/pci0000:44/0000:44:00.0/0000:45:00.0/config")
 
 	_, err = pcie.ReadACS(r, tree.Devices[2]) // no config file
-	var de *pcie.DeviceError
-	assert.True(t, errors.As(err, &de), "%v", err)
+	var de *sysfs.Error
+	require.True(t, errors.As(err, &de), "%v", err)
+	assert.Equal(t, "pci", de.Subsystem)
+	assert.Equal(t, "0000:46:00.0", de.Device)
 }
 
 func FuzzParseACS(f *testing.F) {

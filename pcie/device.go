@@ -14,13 +14,10 @@ import (
 
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/sysfs"
 )
-
-// DevicesDir is where the kernel lists every PCI function, as links to its
-// real directory under devices/pci<domain>:<bus>.
-const DevicesDir = "bus/pci/devices"
 
 // NoNUMA is the NUMA node of a function the kernel ties to no node.
 const NoNUMA = -1
@@ -43,7 +40,6 @@ const (
 	classBridgeHost  uint16 = 0x0600
 	classBridgePCI   uint16 = 0x0604
 	classNetwork     uint8  = 0x02
-	ClassDisplay     uint8  = 0x03
 	classDisplay3D   uint16 = 0x0302
 	classDisplayVGA  uint16 = 0x0300
 	classBridgeOther uint16 = 0x0680
@@ -120,22 +116,6 @@ func (t *Tree) Lookup(a Address) *Device {
 	return t.byAddr[a]
 }
 
-// DeviceError is the error for one function: its address and the file that
-// could not be read or understood.
-type DeviceError struct {
-	Address string // as listed in bus/pci/devices
-	File    string // root-relative path of the file
-	Err     error
-}
-
-// Error prints the address, file and cause, each quoted when it holds
-// what would break the line (a damaged tree's names).
-func (e *DeviceError) Error() string {
-	return fmt.Sprintf("pci %s: %s: %s", names.Printable(e.Address), names.Printable(e.File), names.Printable(e.Err.Error()))
-}
-
-func (e *DeviceError) Unwrap() error { return e.Err }
-
 // optional names the attributes of a function that a lean pass may leave
 // unread (internal/sysread's PCI bits): discovery needs only the uevent
 // (or the vendor, device, class and driver files without one) to know
@@ -178,7 +158,7 @@ func Discover(fsys fs.FS) (*Tree, error) {
 // calls each.
 func discoverOnly(r *sysread.Reader, want func(*Device) optional) (*Tree, error) {
 	// Every entry is a link that is followed: read them with the listing.
-	ents, err := r.ReadDirLinks(DevicesDir)
+	ents, err := r.ReadDirLinks(sysattr.PCIDevicesDir)
 	if err != nil {
 		return &Tree{byAddr: map[Address]*Device{}}, fmt.Errorf("pci: %w", err)
 	}
@@ -194,7 +174,7 @@ func discoverOnly(r *sysread.Reader, want func(*Device) optional) (*Tree, error)
 			continue
 		}
 		if other := t.byAddr[d.Address]; other != nil {
-			errs = append(errs, &DeviceError{Address: e.Name(), File: path.Join(DevicesDir, e.Name()), Err: fmt.Errorf("same function as %s", other.Path)})
+			errs = append(errs, &sysfs.Error{Subsystem: "pci", Device: e.Name(), File: path.Join(sysattr.PCIDevicesDir, e.Name()), Err: fmt.Errorf("same function as %s", other.Path)})
 			continue
 		}
 		t.byAddr[d.Address] = d
@@ -211,7 +191,7 @@ func discoverOnly(r *sysread.Reader, want func(*Device) optional) (*Tree, error)
 				p.Children = append(p.Children, d)
 				continue
 			}
-			errs = append(errs, &DeviceError{Address: d.Address.String(), File: d.Path, Err: fmt.Errorf("upstream bridge %s is not listed in %s", pa, DevicesDir)})
+			errs = append(errs, &sysfs.Error{Subsystem: "pci", Device: d.Address.String(), File: d.Path, Err: fmt.Errorf("upstream bridge %s is not listed in %s", pa, sysattr.PCIDevicesDir)})
 		}
 	}
 	return t, errors.Join(errs...)
@@ -220,9 +200,9 @@ func discoverOnly(r *sysread.Reader, want func(*Device) optional) (*Tree, error)
 // readDevice reads one function. It returns nil when a required file is
 // missing or damaged.
 func readDevice(r *sysread.Reader, name string, cpus map[string]CPUList, nodes *nodeCPUs, want func(*Device) optional) (*Device, []error) {
-	link := path.Join(DevicesDir, name)
+	link := path.Join(sysattr.PCIDevicesDir, name)
 	fail := func(file string, err error) []error {
-		return []error{&DeviceError{Address: name, File: file, Err: fserr.Cause(err)}}
+		return []error{&sysfs.Error{Subsystem: "pci", Device: name, File: file, Err: fserr.Cause(err)}}
 	}
 	addr, err := ParseAddress(name)
 	if err != nil {
@@ -284,7 +264,7 @@ func readDevice(r *sysread.Reader, name string, cpus map[string]CPUList, nodes *
 			err = parse(s)
 		}
 		if err != nil {
-			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "pci", Device: name, File: file(f), Err: fserr.Cause(err)})
 		}
 	}
 	hexInto := func(bits int, dst func(uint64)) func(string) error {
@@ -332,7 +312,7 @@ func readDevice(r *sysread.Reader, name string, cpus map[string]CPUList, nodes *
 		case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrDanglingLink):
 			// unbound
 		default:
-			errs = append(errs, &DeviceError{Address: name, File: file("driver"), Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "pci", Device: name, File: file("driver"), Err: fserr.Cause(err)})
 		}
 	}
 	errs = append(errs, readOptional(r, d, name, want(d), cpus, nodes)...)

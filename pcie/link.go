@@ -138,7 +138,7 @@ func readOptional(r *sysread.Reader, d *Device, name string, want optional, cpus
 			err = parse(s)
 		}
 		if err != nil {
-			errs = append(errs, &DeviceError{Address: name, File: file(f), Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "pci", Device: name, File: file(f), Err: fserr.Cause(err)})
 		}
 		return true
 	}
@@ -220,7 +220,7 @@ func readOptional(r *sysread.Reader, d *Device, name string, want optional, cpus
 			}
 		}
 		if err != nil && !absent(err) {
-			errs = append(errs, &DeviceError{Address: name, File: file("iommu_group"), Err: fserr.Cause(err)})
+			errs = append(errs, &sysfs.Error{Subsystem: "pci", Device: name, File: file("iommu_group"), Err: fserr.Cause(err)})
 		}
 	}
 	return errs

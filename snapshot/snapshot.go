@@ -13,10 +13,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/efakit/efakit/efa"
-	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/linkpath"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
-	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -45,18 +44,18 @@ type Result struct {
 // NUMA nodes, the DMI product name and the Neuron class devices. What
 // cannot be captured faithfully is left out with an error: a link whose
 // target, written at the link's place in the capture, could lead out of it
-// (sysfs.CheckLink), and a name that is not UTF-8 or holds a control
+// (absolute, climbing above the root, or with ".." after a name), and a name that is not UTF-8 or holds a control
 // character.
 func Take(fsys fs.FS, opts Options) (*Result, error) {
 	c := &capturer{r: sysread.New(fsys), out: make(map[string]sysfs.Entry)}
-	ents, err := c.r.ReadDir(pcie.DevicesDir)
+	ents, err := c.r.ReadDir(sysattr.PCIDevicesDir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	ents = c.names(pcie.DevicesDir, ents)
-	c.dir(pcie.DevicesDir)
+	ents = c.names(sysattr.PCIDevicesDir, ents)
+	c.dir(sysattr.PCIDevicesDir)
 	for _, e := range ents {
-		link := pcie.DevicesDir + "/" + e.Name()
+		link := sysattr.PCIDevicesDir + "/" + e.Name()
 		real, err := c.link(link)
 		if err != nil {
 			c.errs = append(c.errs, err)
@@ -148,10 +147,10 @@ func Take(fsys fs.FS, opts Options) (*Result, error) {
 	}
 	// neuron.ReadClass lists the class devices where they lie, not through
 	// class/neuron_device: a device without its class link is read too.
-	c.tree(neuron.ClassDir)
+	c.tree(sysattr.NeuronClassDir)
 	c.file("devices/virtual/dmi/id/product_name")
-	c.file(efa.DriverVersionFile)       // the out-of-tree efa driver's version
-	c.file(gpudirect.NVIDIAVersionFile) // the nvidia driver's, for its branch's rules
+	c.file(sysattr.EFADriverVersion)    // the out-of-tree efa driver's version
+	c.file(sysattr.NVIDIADriverVersion) // the nvidia driver's, for its branch's rules
 	// The link only where it leads to what was captured: it would dangle.
 	if t, err := c.r.Resolve("class/dmi/id"); err == nil && c.hasUnder(t) {
 		if _, err := c.link("class/dmi/id"); err != nil {
@@ -251,7 +250,7 @@ func (c *capturer) link(p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := sysfs.CheckLink(p, t); err != nil {
+	if err := linkpath.CheckLink(p, t); err != nil {
 		return "", err
 	}
 	c.out[p] = sysfs.Entry{Path: p, Kind: sysfs.KindLink, Target: t}

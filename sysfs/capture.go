@@ -109,7 +109,8 @@ type capture struct {
 	Note string
 }
 
-// ParseCapture reads a capture's entries: decodeCapture without the note.
+// ParseCapture reads a capture's entries in the file's order, with the
+// checks ReadCapture makes, without building a MemFS.
 func ParseCapture(r io.Reader) ([]Entry, error) {
 	c, err := decodeCapture(r)
 	if err != nil {

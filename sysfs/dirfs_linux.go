@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/efakit/efakit/internal/linkpath"
 	"golang.org/x/sys/unix"
 )
 
@@ -109,7 +110,7 @@ func (d *dirFS) openat2(op, name string, flags uint64) (int, error) {
 	case err == nil:
 		return fd, nil
 	case err == unix.ELOOP:
-		return -1, &fs.PathError{Op: op, Path: name, Err: ErrLinkInPath}
+		return -1, &fs.PathError{Op: op, Path: name, Err: linkpath.ErrLinkInPath}
 	case err == unix.EXDEV:
 		return -1, &fs.PathError{Op: op, Path: name, Err: ErrEscapesRoot}
 	}

@@ -14,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+
+	"github.com/efakit/efakit/internal/linkpath"
+	"github.com/efakit/efakit/internal/names"
 )
 
 // MaxFileSize bounds every read. sysfs text attributes are at most one page
@@ -29,7 +32,7 @@ const maxLinkHops = 40
 // names the offending entry.
 var (
 	// ErrEscapesRoot: a symbolic link (or "..") points outside the root.
-	ErrEscapesRoot = errors.New("link leaves the sysfs root")
+	ErrEscapesRoot = linkpath.ErrEscapesRoot
 	// ErrLinkLoop: more than 40 links were followed while resolving a path.
 	ErrLinkLoop = errors.New("too many levels of symbolic links")
 	// ErrDanglingLink: a symbolic link points at nothing. It also matches
@@ -44,6 +47,41 @@ var (
 	ErrNotRegular = errors.New("not a regular file or directory")
 )
 
-// ErrLinkInPath is what OpenNoFollow and ReadDirNoFollow return for a path
-// that holds a symbolic link: the caller resolves it step by step.
-var ErrLinkInPath = errors.New("path holds a symbolic link")
+// Error is the error for one device, node or file that a reader of efakit
+// could not read or understand: every package (pcie, efa, neuron, host)
+// returns it, joined with the others, next to the devices it did read.
+// Branch on it with errors.As; its cause (Err) unwraps to the sentinels
+// above and to fs.ErrNotExist.
+type Error struct {
+	// Subsystem is the reader: "pci", "efa", "neuron" or "host".
+	Subsystem string
+	// Device is the device or node, as the subsystem names it: a PCI
+	// address ("0000:10:1c.0"), an RDMA device ("rdmap16s27"), a Neuron
+	// class device ("neuron3"), a NUMA node ("node 1"); empty for the
+	// subsystem as a whole (a class directory, the DMI product name).
+	Device string
+	// File is the path, relative to the sysfs root, that failed.
+	File string
+	// Err is the cause.
+	Err error
+}
+
+// Error prints "<subsystem> <device>: <file>: <cause>", each part in one
+// line (a name or cause that is not printable is quoted).
+func (e *Error) Error() string {
+	label := e.Subsystem
+	if e.Device != "" {
+		if label != "" {
+			label += " "
+		}
+		label += names.Printable(e.Device)
+	}
+	cause := "<nil>"
+	if e.Err != nil {
+		cause = e.Err.Error()
+	}
+	return fmt.Sprintf("%s: %s: %s", label, names.Printable(e.File), names.Printable(cause))
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }

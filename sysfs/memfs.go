@@ -234,7 +234,7 @@ func (m *MemFS) OpenNoFollow(name string) (fs.File, error) {
 }
 
 // noFollow finds name when no component of it is a symbolic link, as
-// openat2(2) with RESOLVE_NO_SYMLINKS does: ErrLinkInPath at the first
+// openat2(2) with RESOLVE_NO_SYMLINKS does: linkpath.ErrLinkInPath at the first
 // link on the way, whatever lies beyond it; fs.ErrNotExist when a
 // component is missing before any link.
 func (m *MemFS) noFollow(op, name string) (*node, error) {
@@ -243,7 +243,7 @@ func (m *MemFS) noFollow(op, name string) (*node, error) {
 	}
 	if n := m.get(name); n != nil {
 		if n.kind == KindLink {
-			return nil, &fs.PathError{Op: op, Path: name, Err: ErrLinkInPath}
+			return nil, &fs.PathError{Op: op, Path: name, Err: linkpath.ErrLinkInPath}
 		}
 		return n, nil
 	}
@@ -258,7 +258,7 @@ func (m *MemFS) noFollow(op, name string) (*node, error) {
 		case n == nil:
 			return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
 		case n.kind == KindLink:
-			return nil, &fs.PathError{Op: op, Path: name, Err: ErrLinkInPath}
+			return nil, &fs.PathError{Op: op, Path: name, Err: linkpath.ErrLinkInPath}
 		case n.kind != KindDir:
 			return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%s is not a directory", name[:i])}
 		}

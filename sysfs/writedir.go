@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/efakit/efakit/internal/linkpath"
-	"github.com/efakit/efakit/internal/names"
 )
 
 // WriteDir unpacks entries into the new directory dir, creating files,
@@ -20,10 +19,11 @@ import (
 // parents are made as needed); everything is written beneath it through
 // os.Root, in the directory made here, so a link or a rename by someone
 // else cannot redirect a write. An entry that cannot be written safely (a
-// link that could lead out of dir, see CheckLink; an entry under a link or
-// a file; an invalid or repeated path) is left out with an error naming it,
-// and the rest is written. Permission bits are applied last, deepest
-// first, so a write-only attribute stays write-only.
+// link whose target is absolute, climbs above dir from the link's place or
+// has ".." after a name; an entry under a link or a file; an invalid or
+// repeated path) is left out with an error naming it, and the rest is
+// written. Permission bits are applied last, deepest first, so a
+// write-only attribute stays write-only.
 func WriteDir(dir string, entries []Entry) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("unpack: %w", err)
@@ -135,36 +135,7 @@ func checkEntry(e Entry, kinds map[string]Kind, left map[string]bool) error {
 	case KindDir, KindFile:
 		return nil
 	case KindLink:
-		return CheckLink(e.Path, e.Target)
+		return linkpath.CheckLink(e.Path, e.Target)
 	}
 	return fmt.Errorf("unknown kind %q", string(e.Kind))
-}
-
-// CheckLink refuses a symbolic link at p (a root-relative path) whose
-// target could lead out of the root once the tree is on disk: an absolute
-// target, one that climbs ("..") above the root from p's directory, or one
-// with ".." after a name, which the kernel applies after following that
-// name if it is a link, so that no look at the target alone can bound it.
-// The kernel's own sysfs links ("../../../devices/...") all pass. The
-// error wraps ErrEscapesRoot and names the link and its target.
-func CheckLink(p, target string) error {
-	if !fs.ValidPath(p) || p == "." {
-		return fmt.Errorf("link %q: invalid path", p)
-	}
-	refuse := func(why string) error {
-		return fmt.Errorf("%w (%s -> %s): %s", ErrEscapesRoot, names.Printable(p), names.Printable(target), why)
-	}
-	if target == "" {
-		return fmt.Errorf("link %s: empty target", names.Printable(p))
-	}
-	if path.IsAbs(target) {
-		return refuse("absolute target")
-	}
-	if linkpath.ClimbsAfterName(target) {
-		return refuse(`".." after a name`)
-	}
-	if j := path.Join(path.Dir(p), target); j == ".." || strings.HasPrefix(j, "../") {
-		return refuse("climbs above the root")
-	}
-	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/host"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/neuron"
 	"github.com/efakit/efakit/pcie"
@@ -147,7 +148,7 @@ func Build(tree *pcie.Tree, efas *efa.Result, h *host.Info, class []neuron.Class
 // IsGPU reports an NVIDIA GPU: vendor 10de with a display class (3D or
 // VGA). NVSwitches are bridges (class 0x0680) and are not GPUs.
 func IsGPU(d *pcie.Device) bool {
-	return d.Vendor == 0x10de && d.Class.Base() == pcie.ClassDisplay
+	return d.Vendor == 0x10de && d.Class.Base() == sysattr.PCIClassDisplay
 }
 
 // addNeurons names the Neuron functions by their index. With a family
@@ -162,7 +163,7 @@ func (t *Topology) addNeurons(fns []*pcie.Device, class []neuron.ClassDevice, ad
 	if !ok {
 		if len(fns) > 0 || len(class) > 0 {
 			if it == "" {
-				t.note("no instance type (%s is missing): no Neuron device groups", host.ProductNameFile)
+				t.note("no instance type (%s is missing): no Neuron device groups", sysattr.DMIProductName)
 			} else {
 				t.note("instance type %s has no Neuron device-group table: no device groups", it)
 			}

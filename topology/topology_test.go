@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -378,4 +379,59 @@ func TestScanAnyFS(t *testing.T) {
 	topo, err = topology.Scan(os.DirFS(t.TempDir()))
 	require.Error(t, err, "not a sysfs root")
 	assert.Nil(t, topo.Closest(topo.ByName("GPU3")))
+}
+
+// TestScanReadsEveryAttribute: what Scan returns is read whole. On every
+// bundled machine, each device's function and the bridges above it have
+// their PCIe links, IOMMU group and revision wherever the files are, and
+// each EFA its firmware version (empty on EFAs: the files say "\n") and
+// gdr file: no zero value stands for a file that was there but not read.
+func TestScanReadsEveryAttribute(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../testdata/sysfs/*.sysfs")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.OpenCapture(f)
+			require.NoError(t, err)
+			topo, err := topology.Scan(root)
+			require.NoError(t, err)
+			has := func(p string) bool { _, err := fs.Lstat(root, p); return err == nil }
+			checked := 0
+			for _, d := range topo.Devices {
+				for p := d.PCI; p != nil; p = p.Parent {
+					if has(p.Path + "/current_link_speed") {
+						assert.NotNil(t, p.CurrentLink, "%s: current link", p.Address)
+						assert.NotNil(t, p.MaxLink, "%s: max link", p.Address)
+						checked++
+					}
+					if has(p.Path + "/iommu_group") {
+						assert.NotEqual(t, pcie.NoIOMMUGroup, p.IOMMUGroup, "%s: IOMMU group", p.Address)
+						checked++
+					}
+					if b, err := fs.ReadFile(root, p.Path+"/revision"); err == nil {
+						v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 0, 8)
+						require.NoError(t, err)
+						assert.Equal(t, uint8(v), p.Revision, "%s: revision", p.Address)
+						checked++
+					}
+				}
+				if e := d.EFA; e != nil {
+					if b, err := fs.ReadFile(root, e.IBPath+"/fw_ver"); err == nil {
+						assert.Equal(t, strings.TrimSpace(string(b)), e.FirmwareVer, "%s: fw_ver", e.Name)
+						checked++
+					}
+					if has(e.PCI.Path + "/gdr") {
+						assert.NotNil(t, e.GDR, "%s: gdr", e.Name)
+						checked++
+					}
+				}
+			}
+			if len(topo.Devices) > 0 {
+				assert.Positive(t, checked, "no attribute file found: the test reads the wrong paths")
+			}
+		})
+	}
 }

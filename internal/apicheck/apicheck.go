@@ -171,3 +171,17 @@ func (p *apiPrinter) typ(s *ast.TypeSpec) {
 		p.add("type %s%s%s", name, eq, p.expr(s.Type))
 	}
 }
+
+// Names keeps the lines of an API that declare a name of their own: a
+// constant, variable, function, type or method. A struct's fields and an
+// interface's methods belong to their type.
+func Names(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if strings.Contains(l, " struct, ") || strings.Contains(l, " interface, ") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}

@@ -23,12 +23,13 @@ func file(pkg string) string {
 // files (go test ./internal/apicheck -update).
 func TestAPI(t *testing.T) {
 	root := os.DirFS(filepath.Join("..", ".."))
-	total := 0
+	total, names := 0, 0
 	for _, pkg := range Packages {
 		lines, err := API(root, pkg)
 		require.NoError(t, err, pkg)
 		require.NotEmpty(t, lines, pkg)
 		total += len(lines)
+		names += len(Names(lines))
 		got := strings.Join(lines, "\n") + "\n"
 		if *update {
 			require.NoError(t, os.MkdirAll(filepath.Dir(file(pkg)), 0o755))
@@ -41,8 +42,15 @@ func TestAPI(t *testing.T) {
 				pkg, lineDiff(strings.Split(string(want), "\n"), lines))
 		}
 	}
-	t.Logf("%d exported names in %d packages", total, len(Packages))
+	t.Logf("%d exported names in %d packages (%d with struct fields and interface methods)", names, len(Packages), total)
+	if names > budget {
+		t.Errorf("the library exports %d names, more than its budget of %d: make a helper internal, or raise the budget on purpose", names, budget)
+	}
 }
+
+// budget is the most names the library's packages may export together,
+// struct fields and interface methods aside (issue 43: 335 before).
+const budget = 200
 
 // TestEveryPublicPackage: Packages names every package of the library
 // outside internal/ and testdata, so that a new one is recorded too.

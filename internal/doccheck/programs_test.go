@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -107,4 +108,35 @@ func TestProgramsNeedOutput(t *testing.T) {
 	p, err := programs("a.md", []byte("```go\npackage main\n```\n\n```text\n$ go run . x y\nhello\n```\n```go\nfmt.Println()\n```\n"))
 	require.NoError(t, err)
 	assert.Equal(t, []program{{where: "a.md:1", source: "package main\n", args: []string{"x", "y"}, want: "hello\n"}}, p)
+}
+
+// exampleRef is a "`ExampleName` in [`pkg`](../pkg/file_test.go)" of the
+// docs: an example named with the file it is in.
+var exampleRef = regexp.MustCompile("`(Example\\w*)` in \\[`[^`]+`\\]\\(\\.\\./([^)#]+_test\\.go)\\)")
+
+// TestExamplesNamed: every example docs/library.md names is in the file
+// it links, as a function go test runs (it has an // Output: comment), and
+// named after an identifier of its package (go vet's tests check), so that
+// go doc and pkgsite show it under that identifier.
+func TestExamplesNamed(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/library.md")
+	require.NoError(t, err)
+	refs := exampleRef.FindAllStringSubmatch(string(b), -1)
+	require.GreaterOrEqual(t, len(refs), 6, "the common tasks' table names its examples")
+	for _, m := range refs {
+		src, err := os.ReadFile(filepath.Join("../..", m[2]))
+		if !assert.NoError(t, err, m[0]) {
+			continue
+		}
+		i := bytes.Index(src, []byte("\nfunc "+m[1]+"() {\n"))
+		if !assert.GreaterOrEqual(t, i, 0, "%s is not in %s", m[1], m[2]) {
+			continue
+		}
+		body := src[i:]
+		if j := bytes.Index(body[1:], []byte("\n}\n")); j >= 0 {
+			body = body[:j+1]
+		}
+		assert.Contains(t, string(body), "// Output:", "%s in %s: without an Output comment go test only compiles it", m[1], m[2])
+	}
 }

@@ -139,7 +139,7 @@ func Cases() []Case {
 			with(p5, func(m *Machine) { m.GPUDriver = "-" }), KernelAL2023, "", "blocked"},
 		{"p5-acs-redirect", "a p5 switch whose ports redirect peer-to-peer requests and completions to the root complex: ready, slow",
 			with(p5, func(m *Machine) {
-				m.ACS = &pcie.ACS{Capability: 0x5f, Control: pcie.ACSSourceValidation | pcie.ACSRequestRedirect | pcie.ACSCompletionRedirect | pcie.ACSUpstreamForwarding}
+				m.ACS = &pcie.ACS{Capability: 0x5f, Control: 0x1d} // SrcValid ReqRedir CmpltRedir UpstreamFwd
 			}), KernelAL2023, ParamsR580, "slow"},
 		{"p5-ready", "a p5 switch ready by both paths: the efa driver's NVIDIA provider, kernel 6.1, ACS off",
 			p5, KernelAL2023, ParamsR580, "ready"},

@@ -68,6 +68,7 @@ var Allowed = map[string][]string{
 	"internal/apicheck":    nil,
 	"internal/placed":      {"efa", "neuron", "pcie", "topology"},
 	"internal/sysread":     {"sysfs"},
+	"internal/sysattr":     nil,
 	"internal/linkpath":    nil,
 	"internal/names":       nil,
 	"internal/fserr":       nil,
@@ -105,6 +106,6 @@ var NoCluster = []string{"sysfs", "pcie", "efa", "host", "internal/uevent", "neu
 var NoKubernetes = []string{"sysfs", "pcie", "efa", "host", "internal/uevent", "neuron", "topology", "snapshot"}
 
 // Everywhere are the packages at the bottom, which any package may import:
-// the name checks, the PathError stripping and the link-resolving reader
-// (at sysfs's level) every reader shares.
-var Everywhere = []string{"internal/names", "internal/fserr", "internal/linkpath", "internal/sysread"}
+// the name checks, the PathError stripping, the link-resolving reader
+// (at sysfs's level) and the paths and formats more than one reader uses.
+var Everywhere = []string{"internal/names", "internal/fserr", "internal/linkpath", "internal/sysread", "internal/sysattr"}

@@ -104,3 +104,35 @@ func TestAllowedNamesPackages(t *testing.T) {
 		}
 	}
 }
+
+// TestWhatEachPackageLinks: importing a reader links neither netlink (the
+// RDMA namespace mode is rdmans's alone) nor net/http (pcidb's, for names,
+// is internal/pciids's alone), whatever the packages in between import.
+func TestWhatEachPackageLinks(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"sysfs", "pcie", "efa", "efa/health", "host", "neuron", "topology", "gpudirect", "snapshot"} {
+		cmd := exec.Command("go", "list", "-deps", "./"+p)
+		cmd.Dir = "../.."
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps ./%s: %v", p, err)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) < 10 {
+			t.Fatalf("go list -deps ./%s: %d packages", p, len(deps))
+		}
+		for _, d := range deps {
+			if strings.HasPrefix(d, "github.com/vishvananda/netlink") || d == "net/http" || strings.HasPrefix(d, "github.com/jaypipes/") {
+				t.Errorf("%s links %s", p, d)
+			}
+		}
+	}
+	// The packages that are for it do link it: the check can fail.
+	out, err := exec.Command("go", "list", "-deps", "../../rdmans").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Fields(string(out)), "github.com/vishvananda/netlink") {
+		t.Error("rdmans does not link netlink: go list -deps answers something else")
+	}
+}

@@ -8,6 +8,10 @@ import (
 	"github.com/jaypipes/pcidb"
 )
 
+// EFA is pci.ids's name of every EFA generation, the string AWS's EFA
+// DeviceClass selects on.
+const EFA = "Elastic Fabric Adapter (EFA)"
+
 // Names gives vendor and device names: first the names built into efakit
 // for the Amazon, NVIDIA and Mellanox functions it deals with, then a
 // pci.ids database on this machine. The database is parsed only when a
@@ -35,10 +39,10 @@ var builtinVendors = map[uint16]string{
 }
 
 var builtinDevices = map[[2]uint16]string{
-	{0x1d0f, 0xefa0}: "Elastic Fabric Adapter (EFA)",
-	{0x1d0f, 0xefa1}: "Elastic Fabric Adapter (EFA)",
-	{0x1d0f, 0xefa2}: "Elastic Fabric Adapter (EFA)",
-	{0x1d0f, 0xefa3}: "Elastic Fabric Adapter (EFA)",
+	{0x1d0f, 0xefa0}: EFA,
+	{0x1d0f, 0xefa1}: EFA,
+	{0x1d0f, 0xefa2}: EFA,
+	{0x1d0f, 0xefa3}: EFA,
 	{0x1d0f, 0xec20}: "Elastic Network Adapter (ENA)",
 	{0x1d0f, 0x8061}: "NVMe EBS Controller",
 	{0x1d0f, 0xcd01}: "NVMe SSD Controller",

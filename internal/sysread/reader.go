@@ -324,7 +324,7 @@ func (r *Reader) ReadDirLinks(name string) ([]fs.DirEntry, error) {
 }
 
 // noFollowLister lists a directory only when no component of its path is
-// a symbolic link, failing with sysfs.ErrLinkInPath otherwise.
+// a symbolic link, failing with linkpath.ErrLinkInPath otherwise.
 type noFollowLister interface {
 	ReadDirNoFollow(name string) ([]fs.DirEntry, error)
 }
@@ -363,7 +363,7 @@ func (r *Reader) readDir(name string, links bool) ([]fs.DirEntry, string, error)
 					r.learnDir(name, p)
 					r.remember(p, ents, targets)
 					return ents, p, nil
-				case hops == 0 && errors.Is(err, fs.ErrNotExist) && !errors.Is(err, sysfs.ErrLinkInPath):
+				case hops == 0 && errors.Is(err, fs.ErrNotExist) && !errors.Is(err, linkpath.ErrLinkInPath):
 					e := &fs.PathError{Op: "readdir", Path: name, Err: fserr.Cause(err)}
 					r.gone[name] = e
 					return nil, "", e
@@ -506,7 +506,7 @@ func (r *Reader) remember(p string, ents []fs.DirEntry, targets map[string]strin
 }
 
 // noFollowOpener opens a path only when none of its components is a
-// symbolic link, failing with sysfs.ErrLinkInPath otherwise. With it, reading a
+// symbolic link, failing with linkpath.ErrLinkInPath otherwise. With it, reading a
 // file in a resolved directory costs one open, not a lstat and an open.
 type noFollowOpener interface {
 	OpenNoFollow(name string) (fs.File, error)
@@ -572,7 +572,7 @@ func (r *Reader) open(name string) (fs.File, error) {
 				case err == nil:
 					r.learn(name, p)
 					return f, nil
-				case errors.Is(err, sysfs.ErrLinkInPath):
+				case errors.Is(err, linkpath.ErrLinkInPath):
 					if _, ok := r.real[path.Dir(p)]; ok && hops == 0 {
 						r.kind[p] = fs.ModeSymlink // the only unknown component
 					}

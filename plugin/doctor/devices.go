@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/sysfs"
 )
 
 // efaDevices checks that efakit's discovery finds EFAs, each with its uverbs
@@ -32,8 +32,8 @@ func (f *facts) efaDevices() Check {
 	// errors would only say it again.
 	var damage []string
 	for _, err := range f.scanErrs {
-		var e *efa.Error
-		if errors.As(err, &e) && slices.Contains(noVerbs, e.Device) {
+		var e *sysfs.Error
+		if errors.As(err, &e) && e.Subsystem == "efa" && slices.Contains(noVerbs, e.Device) {
 			continue
 		}
 		damage = append(damage, err.Error())

@@ -31,6 +31,7 @@ import (
 
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fakesys"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/doctor"
 	"github.com/efakit/efakit/plugin/driver/resources"
@@ -169,7 +170,7 @@ func (s *scene) mknodVerbs(name string) {
 	s.t.Helper()
 	dev, err := fs.ReadFile(s.opts.Sysfs, "class/infiniband_verbs/"+name+"/dev")
 	require.NoError(s.t, err)
-	major, minor, err := efa.ParseDevNumber(strings.TrimSpace(string(dev)))
+	major, minor, err := sysattr.ParseDevNumber(strings.TrimSpace(string(dev)))
 	require.NoError(s.t, err)
 	s.mknodAt(name, major, minor)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/fserr"
 	"github.com/efakit/efakit/internal/names"
+	"github.com/efakit/efakit/internal/sysattr"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/sysfs"
@@ -178,7 +179,7 @@ func (f *facts) readVerbs() {
 		dev, err := f.sysfs.ReadString(dir + "/dev")
 		var major, minor uint32
 		if err == nil {
-			major, minor, err = efa.ParseDevNumber(dev)
+			major, minor, err = sysattr.ParseDevNumber(dev)
 		}
 		if err != nil {
 			f.verbsErrs = append(f.verbsErrs, fmt.Errorf("%s/dev: %w", dir, fserr.Cause(err)))

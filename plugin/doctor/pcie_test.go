@@ -163,7 +163,7 @@ func TestGPUDirect(t *testing.T) {
 	t.Run("ACS redirect warns", func(t *testing.T) {
 		t.Parallel()
 		m := gdrcases.Machine{Product: "p5.48xlarge", Shared: true, P2P: "NVIDIA", EFAModule: "2.13.0g", NVIDIA: "580.105.08",
-			ACS: &pcie.ACS{Capability: 0x5f, Control: pcie.ACSRequestRedirect | pcie.ACSCompletionRedirect}}
+			ACS: &pcie.ACS{Capability: 0x5f, Control: 0x0c}} // ReqRedir CmpltRedir
 		c := gdrScene(t, m, "6.1.119-129.201.amzn2023.x86_64", "")
 		assert.Equal(t, doctor.Warn, c.Status)
 		assert.Contains(t, c.Message, "1 slow")

@@ -278,12 +278,10 @@ func readSample(fsys fs.ReadLinkFS, efas []*efa.Device, at time.Time, fresh bool
 	for _, d := range efas {
 		c, err := d.ReadCounters(fsys)
 		errs.print(err)
-		delete(c.Device, efa.NotACounter)
 		es := efaSample{device: c.Device}
 		read += len(c.Device)
 		for _, p := range d.Ports {
 			ps := portSample{number: p.Number, state: p.State, rateGbps: p.RateGbps, counters: c.Ports[p.Number]}
-			delete(ps.counters, efa.NotACounter)
 			read += len(ps.counters)
 			if fresh {
 				l, err := d.ReadPortLink(fsys, p.Number)
@@ -384,12 +382,12 @@ type counterWriter struct {
 	w      io.Writer
 	format string
 	all    bool
-	units  map[string]efa.Unit // the catalogue's; a counter it lacks counts
+	units  map[string]string // the catalogue's; a counter it lacks counts
 }
 
 // counterUnits is the unit of every counter of the catalogue, by name.
-func counterUnits() map[string]efa.Unit {
-	m := map[string]efa.Unit{}
+func counterUnits() map[string]string {
+	m := map[string]string{}
 	for _, c := range efa.KnownCounters() {
 		m[c.Name] = c.Unit
 	}
@@ -534,7 +532,7 @@ func (cw *counterWriter) cell(c counterSet, name string, secs float64) string {
 		if !ok {
 			return "-"
 		}
-		if unit == efa.UnitBytes {
+		if unit == "bytes" {
 			return humanBytes(v)
 		}
 		return humanCount(v)
@@ -544,7 +542,7 @@ func (cw *counterWriter) cell(c counterSet, name string, secs float64) string {
 		return "-"
 	}
 	perSec := float64(v) / secs
-	if unit == efa.UnitBytes {
+	if unit == "bytes" {
 		return scaled(perSec*8, 1000, " ", "b/s", []string{"kb/s", "Mb/s", "Gb/s", "Tb/s", "Pb/s"})
 	}
 	return scaled(perSec, 1000, "", "/s", []string{"k/s", "M/s", "G/s", "T/s", "P/s"})

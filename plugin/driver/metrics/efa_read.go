@@ -91,9 +91,6 @@ func (m *EFA) metricsOf(rd efaReading) []prometheus.Metric {
 	}
 	if cs := rd.counters; cs != nil {
 		for _, name := range sortedKeys(cs.Device) {
-			if name == efa.NotACounter {
-				continue
-			}
 			v := float64(cs.Device[name])
 			if port, ok := known[name]; ok && !port && m.descs.counters[name] != nil {
 				out = append(out, &efaMetric{m.descs.counters[name], basePairs, true, v})
@@ -109,9 +106,6 @@ func (m *EFA) metricsOf(rd efaReading) []prometheus.Metric {
 		for _, n := range ports {
 			pl, pairs := pairsOf(n)
 			for _, name := range sortedKeys(cs.Ports[n]) {
-				if name == efa.NotACounter {
-					continue
-				}
 				v := float64(cs.Ports[n][name])
 				if port, ok := known[name]; ok && port && m.descs.counters[name] != nil {
 					out = append(out, &efaMetric{m.descs.counters[name], pairs, true, v})

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
-	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/pciids"
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/topology"
@@ -168,7 +167,7 @@ func EFAMetadata(t *topology.Topology, d *topology.Device, cfg Config) (map[reso
 		AttrPCIVendor: str(vendor),
 		// The string AWS's DeviceClass selects on, whatever the local
 		// pci.ids calls the function.
-		AttrPCIDevice: str(efa.PCIDeviceName),
+		AttrPCIDevice: str(pciids.EFA),
 		AttrPCISubsys: str(fmt.Sprintf("%04x", p.SubsystemDevice)),
 		AttrRDMA:      flag(true),
 		AttrRDMADev:   str(d.Name),
@@ -438,7 +437,7 @@ func DeviceClasses(o ClassOptions) []*resourceapi.DeviceClass {
 			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}},
 		}
 	}
-	single := class(className, fmt.Sprintf(`device.driver == %q && device.attributes[%q].pciDevice == %q`, driverName, driverName, efa.PCIDeviceName))
+	single := class(className, fmt.Sprintf(`device.driver == %q && device.attributes[%q].pciDevice == %q`, driverName, driverName, pciids.EFA))
 	if o.ExtendedResourceName != "" {
 		name := o.ExtendedResourceName
 		single.Spec.ExtendedResourceName = &name
