@@ -308,9 +308,6 @@ func (t *Table) IndexOf(a pcie.Address) int {
 	return -1
 }
 
-// groupSizes are the device-group sizes AWS publishes besides 1.
-var groupSizes = []int{4, 8, 16}
-
 // Groups are the resource.aws.com/devicegroup{1,4,8,16}_id values of one
 // device.
 type Groups struct {

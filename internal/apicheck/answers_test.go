@@ -39,15 +39,16 @@ var covered = []string{
 	"efa (Generation) String", "efa/health (Grade) String",
 	"gpudirect (Status) String", "gpudirect (Status) MarshalText", "gpudirect (Status) Usable",
 	"gpudirect (Pair) ReadyBy", "gpudirect (Pair) Reasons",
+	"sysfs (*Error) Error", "sysfs (*Error) Unwrap",
 }
 
 // askedTypes are the receivers whose every method the fuzz target must
 // call, besides every String method.
 var askedTypes = []string{"topology (*Topology)", "topology (*Device)", "topology (Kind)", "topology (Link)",
-	"pcie (*Tree)", "host (*Info)", "neuron (*Table)", "gpudirect (Status)", "gpudirect (Pair)"}
+	"pcie (*Tree)", "host (*Info)", "neuron (*Table)", "gpudirect (Status)", "gpudirect (Pair)", "sysfs (*Error)"}
 
 // TestFuzzCoversTheAPI: the methods FuzzAnswersNeverPanic calls are every
-// String method of the library and every method of the types users ask
+// String and Error method of the library and every method of the types users ask
 // questions of, as api/*.txt records them: a new one is fed nil and
 // out-of-range input too.
 func TestFuzzCoversTheAPI(t *testing.T) {
@@ -63,7 +64,7 @@ func TestFuzzCoversTheAPI(t *testing.T) {
 			}
 			recv := pkg + " " + regexp.MustCompile(`\(\w+ `).ReplaceAllString(m[1], "(")
 			name := recv + " " + m[2]
-			if m[2] == "String" || slices.Contains(askedTypes, recv) {
+			if m[2] == "String" || m[2] == "Error" || slices.Contains(askedTypes, recv) {
 				want = append(want, name)
 			}
 		}
@@ -156,6 +157,9 @@ func FuzzAnswersNeverPanic(f *testing.F) {
 		_, _ = p.ReadyBy(), p.Reasons()
 		p.Paths = []gpudirect.Path{{Status: s, Findings: []gpudirect.Finding{{Status: gpudirect.Status(m)}}}}
 		_, _ = p.ReadyBy(), p.Reasons()
+		for _, e := range []*sysfs.Error{{}, {Subsystem: name, Device: other, File: addr}, {Device: name, Err: sysfs.ErrTooLarge}} {
+			_, _ = e.Error(), e.Unwrap()
+		}
 	})
 }
 
