@@ -80,6 +80,12 @@ func (n *realNode) runAll(t *testing.T, pod *corev1.Pod) (map[string]seen, *core
 // as the API has it then.
 func (n *realNode) waitRunning(t *testing.T, name string) (map[string]seen, *corev1.Pod) {
 	t.Helper()
+	return n.waitRunningWithin(t, name, 90*time.Second)
+}
+
+// waitRunningWithin is waitRunning with another bound on the wait.
+func (n *realNode) waitRunningWithin(t *testing.T, name string, timeout time.Duration) (map[string]seen, *corev1.Pod) {
+	t.Helper()
 	ctx := context.Background()
 	pod, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -99,9 +105,10 @@ func (n *realNode) waitRunning(t *testing.T, name string) (map[string]seen, *cor
 			}
 		}
 		return true
-	}, 90*time.Second, 100*time.Millisecond, func() string {
-		return fmt.Sprintf("pod %s not running: %+v\nevents:\n%s\nkubelet:\n%s\nplugin:\n%s", name, p.Status, strings.Join(n.podEvents(name), "\n"),
-			n.logTail("kubelet", 3000), n.logTail("efakit-plugin", 2000))
+	}, timeout, 100*time.Millisecond, func() string {
+		return fmt.Sprintf("pod %s not running: %+v\nevents:\n%s\nkubelet:\n%s\nplugin:\n%s\nkube-scheduler:\n%s\nkube-controller-manager:\n%s",
+			name, p.Status, strings.Join(n.podEvents(name), "\n"), n.logTail("kubelet", 3000), n.logTail("efakit-plugin", 2000),
+			n.c.logTail("kube-scheduler", 1500), n.c.logTail("kube-controller-manager", 1500))
 	})
 	out := map[string]seen{}
 	for _, c := range pod.Spec.Containers {

@@ -231,8 +231,14 @@ func (n *realNode) run(t *testing.T, pod *corev1.Pod) (seen, map[string]*resourc
 // returns what it printed and the pod's claims (by pod claim name).
 func (n *realNode) waitPrinted(t *testing.T, name string) (seen, map[string]*resourceapi.ResourceClaim) {
 	t.Helper()
+	return n.waitPrintedWithin(t, name, 90*time.Second)
+}
+
+// waitPrintedWithin is waitPrinted with another bound on the wait.
+func (n *realNode) waitPrintedWithin(t *testing.T, name string, timeout time.Duration) (seen, map[string]*resourceapi.ResourceClaim) {
+	t.Helper()
 	ctx := context.Background()
-	printed, p := n.waitRunning(t, name)
+	printed, p := n.waitRunningWithin(t, name, timeout)
 	require.Len(t, printed, 1, "pod %s has one container", name)
 	var out seen
 	for _, s := range printed {
