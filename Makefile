@@ -7,7 +7,7 @@ MODULES  := . plugin
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all test e2e-build lint unit stress bench-check karpenter karpenter-update e2e-deps e2e image image-check modzip fixtures bench bench-compare fuzz build clean
+.PHONY: all test e2e-build lint unit stress bench-check karpenter karpenter-update e2e-deps e2e rdma-kernel image image-check modzip fixtures bench bench-compare fuzz build clean
 
 all: build test
 
@@ -106,6 +106,14 @@ bin/testtimes: internal/testtimes/main.go
 
 ## SLOWTEST: make e2e lists the tests that took at least this long.
 SLOWTEST ?= 30s
+
+## rdma-kernel: efakit against a real RDMA kernel (test/e2e/rdmakernel):
+## Debian 12's own kernel under qemu (KVM where the CPU has vmx or svm,
+## software emulation otherwise) with soft-RoCE devices, RDMA netlink,
+## uevents, containerd with CDI and runc; the VM's files come from
+## Debian's packages (tools/rdma-vm/assets.sh). make e2e runs it too.
+rdma-kernel: e2e-deps
+	cd test/e2e && $(GO) test -count=1 -timeout 20m -run '^TestRDMAKernel$$' -v ./rdmakernel
 
 ## e2e-build: the Kubernetes commands and the node's runtime the e2e tests
 ## run (TestBinaries), into ~/.cache/efakit-e2e/bin; nothing when a stamp

@@ -113,7 +113,10 @@ func Take(fsys fs.FS, opts Options) (*Result, error) {
 				c.errs = append(c.errs, err)
 				continue
 			}
-			if class == "class/neuron_device" {
+			// RDMA devices of no PCI function (soft-RoCE's rxe, siw) are
+			// under devices/virtual: captured whole, as doctor and a
+			// counters reader see every RDMA device, not only EFAs.
+			if class == "class/neuron_device" || (class != "class/net" && strings.HasPrefix(real, "devices/virtual/")) {
 				c.tree(real)
 			}
 			if _, ok := c.out[real]; ok || c.hasUnder(real) {

@@ -144,6 +144,66 @@ func TestSnapshotLinksStayInside(t *testing.T) {
 	assert.Len(t, got, 1, "the EFA itself is still there")
 }
 
+// TestSnapshotVirtualRDMA: an RDMA device of no PCI function (soft-RoCE's
+// rxe, under devices/virtual) and its uverbs device are captured whole,
+// without power/ or uevent, beside the EFAs; the EFAs' discovery is as
+// without them. (A real kernel's rxe: test/e2e/rdmakernel.)
+func TestSnapshotVirtualRDMA(t *testing.T) {
+	t.Parallel()
+	base := capture(t, g5)
+	rxe := "devices/virtual/infiniband/rxe0"
+	verbs := "devices/virtual/infiniband_verbs/uverbs1"
+	files := map[string]string{
+		rxe + "/node_type":                     "1: CA",
+		rxe + "/parent":                        "d0",
+		rxe + "/ports/1/state":                 "4: ACTIVE",
+		rxe + "/ports/1/rate":                  "2.5 Gb/sec (1X SDR)",
+		rxe + "/ports/1/hw_counters/sent_pkts": "200",
+		rxe + "/ports/1/hw_counters/lifespan":  "10",
+		rxe + "/power/runtime_status":          "unsupported",
+		rxe + "/uevent":                        "NAME=rxe0",
+		verbs + "/ibdev":                       "rxe0",
+		verbs + "/dev":                         "231:193",
+	}
+	es := append([]sysfs.Entry{}, base...)
+	for path, data := range files {
+		es = append(es, sysfs.Entry{Path: path, Kind: sysfs.KindFile, Mode: 0o444, Data: []byte(data + "\n")})
+	}
+	es = append(es,
+		sysfs.Entry{Path: "class/infiniband/rxe0", Kind: sysfs.KindLink, Target: "../../" + rxe},
+		sysfs.Entry{Path: "class/infiniband_verbs/uverbs1", Kind: sysfs.KindLink, Target: "../../" + verbs})
+	m, err := sysfs.NewMemFS(es)
+	require.NoError(t, err)
+	snap, err := snapshot.Take(m, snapshot.Options{})
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, e := range snap.Entries {
+		if (strings.HasPrefix(e.Path, rxe) || strings.HasPrefix(e.Path, verbs)) && e.Kind == sysfs.KindFile {
+			got[e.Path] = strings.TrimSpace(string(e.Data))
+		}
+		if e.Path == "class/infiniband/rxe0" || e.Path == "class/infiniband_verbs/uverbs1" {
+			got[e.Path] = e.Target
+		}
+	}
+	want := map[string]string{"class/infiniband/rxe0": "../../" + rxe, "class/infiniband_verbs/uverbs1": "../../" + verbs}
+	for path, data := range files {
+		if !strings.Contains(path, "/power/") && !strings.HasSuffix(path, "/uevent") {
+			want[path] = data
+		}
+	}
+	assert.Equal(t, want, got)
+
+	withRXE, _ := scan(t, m)
+	replayed, err := sysfs.NewMemFS(snap.Entries)
+	require.NoError(t, err)
+	fromCapture, _ := scan(t, replayed)
+	without, err := sysfs.NewMemFS(base)
+	require.NoError(t, err)
+	plain, _ := scan(t, without)
+	assert.Equal(t, plain, withRXE, "rxe0 is no EFA")
+	assert.Equal(t, len(plain), len(fromCapture))
+}
+
 // TestSnapshotBadNames: names that are not UTF-8 or hold a control
 // character are left out, each with an error naming its directory, and
 // the rest of the capture is as without them.

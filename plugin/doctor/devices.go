@@ -3,10 +3,12 @@ package doctor
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/efakit/efakit/rdmans"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -121,6 +123,9 @@ func (f *facts) uverbsNodes() Check {
 		fix := "run as root"
 		if f.o.Place == InPod {
 			fix = "the runtime must give the container its uverbs nodes through CDI (containerd: enable_cdi = true)"
+			if f.exclusiveRefused() {
+				fix = exclusiveFix
+			}
 		}
 		parts = append(parts, part{Fail, "cannot open: " + listNames(failed, 4), fix})
 	}
@@ -133,6 +138,27 @@ func (f *facts) uverbsNodes() Check {
 			"sysfs is damaged or incomplete here: check --sysfs"})
 	}
 	return combine(CheckUverbsNodes, parts...)
+}
+
+// exclusiveFix is why a pod's uverbs node does not open in the kernel's
+// exclusive RDMA namespace mode: the kernel refuses (EPERM) to open a
+// device of another network namespace (ib_uverbs_open checks
+// rdma_dev_access_netns), and moves a device into the pod's only where
+// its driver implements disassociate_ucontext, which the EFA drivers do
+// not (drivers/infiniband/core/device.c, ib_device_set_netns_put).
+const exclusiveFix = "the kernel's RDMA namespace mode is exclusive: it refuses a pod in its own network namespace every RDMA device of the host's, and no EFA driver can move one into the pod's; set the node's mode to shared (rdma system set netns shared)"
+
+// exclusiveRefused tells whether a uverbs node was refused (EPERM) in
+// the kernel's exclusive RDMA namespace mode.
+func (f *facts) exclusiveRefused() bool {
+	refused := slices.ContainsFunc(f.verbs, func(v *verbsDevice) bool {
+		return v.Node.State == nodeOpenFailed && errors.Is(v.Node.Err, fs.ErrPermission)
+	})
+	if !refused {
+		return false
+	}
+	mode, err := f.o.Live.RDMANetnsMode()
+	return err == nil && mode == rdmans.Exclusive
 }
 
 func errorStrings(errs []error) []string {

@@ -948,6 +948,35 @@ func TestRDMANetns(t *testing.T) {
 	}
 }
 
+// TestRefusedInExclusiveMode: in the exclusive RDMA namespace mode the
+// kernel refuses a pod its EFA's node (EPERM); doctor says that is why,
+// not the runtime. The same refusal in the shared mode is the runtime's
+// device cgroup. (The real kernel's refusal: test/e2e/rdmakernel.)
+func TestRefusedInExclusiveMode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode rdmans.Mode
+		err  error
+		fix  string
+	}{
+		{rdmans.Exclusive, unix.EPERM, "the kernel's RDMA namespace mode is exclusive"},
+		{rdmans.Shared, unix.EPERM, "through CDI"},
+		{rdmans.Exclusive, unix.ENXIO, "through CDI"},
+	} {
+		t.Run(fmt.Sprintf("%s %v", tc.mode, tc.err), func(t *testing.T) {
+			t.Parallel()
+			s := newScene(t, doctor.InPod)
+			s.opts.Live = live.Static{Mode: tc.mode}
+			s.opts.Open = func(string) error { return &fs.PathError{Op: "open", Path: "uverbs0", Err: tc.err} }
+			s.mknod(0)
+			c := check(t, s.run(), doctor.CheckUverbsNodes)
+			assert.Equal(t, doctor.Fail, c.Status)
+			assert.Contains(t, c.Message, "cannot open")
+			assert.Contains(t, c.Fix, tc.fix)
+		})
+	}
+}
+
 func TestMemlock(t *testing.T) {
 	t.Parallel()
 	t.Run("this process limited", func(t *testing.T) {
