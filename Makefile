@@ -38,6 +38,7 @@ lint:
 	for m in $(MODULES) bench; do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
 	for m in $(MODULES) bench tools/image test/e2e; do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+	cd test/e2e && $(CURDIR)/$(STATICCHECK) -tags rdmaguest ./rdmakernel
 	GOTOOLCHAIN=go1.27.3 $(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK)-go1.27 honnef.co/go/tools/cmd/staticcheck
 	cd test/karpenter && GOTOOLCHAIN=go1.27.3 $(CURDIR)/$(STATICCHECK)-go1.27 ./...
 
@@ -97,7 +98,7 @@ e2e-deps:
 ## users' claims into containers that print what they got. It ends with
 ## the tests and subtests that took SLOWTEST (30 s) or more, slowest first.
 e2e: e2e-deps bin/testtimes
-	cd test/e2e && $(GO) vet ./... && \
+	cd test/e2e && $(GO) vet ./... && $(GO) vet -tags rdmaguest ./rdmakernel && \
 	  bash -o pipefail -c '$(GO) test -count=1 -timeout 60m -json ./... | $(CURDIR)/bin/testtimes -over $(SLOWTEST)'
 
 ## bin/testtimes: what make unit and make e2e pipe go test -json through.
