@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"io/fs"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/efakit/efakit/plugin/driver/owners"
 	"github.com/efakit/efakit/plugin/driver/publishing"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/plugin/driver/traffic"
 )
 
 // Publisher publishes the node's devices: a publishing.Slices in the plugin,
@@ -86,6 +89,8 @@ type operations struct {
 	// status writes prepared claims' status.devices (its Run is the run's
 	// goroutine); nil without an API client.
 	status *claimstatus.Writer
+	// traffic keeps when each prepared device last carried RDMA traffic.
+	traffic *traffic.Tracker
 }
 
 // PluginOptions are what NewPlugin needs.
@@ -130,6 +135,9 @@ type HealthOptions struct {
 	// Policy grades the devices' health (health.DefaultPolicy when its
 	// Window is 0).
 	Policy health.Policy
+	// IdleAfter is how long a prepared device may carry no RDMA traffic
+	// before its claim's TrafficSeen condition is False (0: not judged).
+	IdleAfter time.Duration
 }
 
 // Hooks are what the plugin reports to and calls, each optional.
@@ -161,6 +169,15 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 		return nil, err
 	}
 	p.ops.grader = health.NewTracker(policy)
+	trafficFile := ""
+	if o.DataDir != "" {
+		trafficFile = filepath.Join(o.DataDir, "traffic.json")
+	}
+	var trafficErr error
+	p.ops.traffic, trafficErr = traffic.New(o.Health.IdleAfter, trafficFile)
+	if trafficErr != nil {
+		klog.FromContext(ctx).Error(trafficErr, "Reading the claims' traffic state", "then", "their devices are judged from now on")
+	}
 	p.ops.status = claimstatus.New(claimstatus.Options{Client: o.StatusClient, DriverName: o.Config.Driver(), Pool: o.Config.NodeName,
 		Observe: func(out claimstatus.Outcome) { p.ops.metrics.ClaimStatus.WithLabelValues(string(out)).Inc() }})
 	p.pub = publishing.NewPublisher(publishing.PublisherOptions{Config: o.Config, Metrics: p.ops.metrics, Events: o.Events,
@@ -170,7 +187,7 @@ func NewPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	st, err := claims.Load(ctx,
 		claims.Files{CDI: o.CDI, Store: o.Store, BootID: o.BootID, DataDir: o.DataDir, Sysfs: o.SysfsRoot},
 		claims.Node{Driver: o.Config.Driver(), Name: o.Config.NodeName},
-		claims.Deps{Kube: o.KubeClient, Pods: o.Pods, Metrics: p.ops.metrics, Events: o.Events, Status: p.ops.status,
+		claims.Deps{Kube: o.KubeClient, Pods: o.Pods, Metrics: p.ops.metrics, Events: o.Events, Status: p.ops.status, Traffic: p.ops.traffic,
 			AskRescan: func() { p.askRescan(rescanPrepare) }})
 	if st == nil {
 		p.Close()

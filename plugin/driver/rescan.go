@@ -188,8 +188,10 @@ func (p *Plugin) Rescan(ctx context.Context) (bool, error) {
 			klog.FromContext(ctx).Error(rerr, "Correcting the CDI specs of renumbered EFAs")
 		}
 	}
-	// The claims' status: health and ports as this scan found them, after
-	// a renumbering is corrected.
+	// Each claim's traffic from the same counters, then the claims'
+	// status: health, ports and traffic as this scan found them, after a
+	// renumbering is corrected.
+	p.observeTraffic(ctx, start, read)
 	p.claims.SyncStatus(snap)
 	return published, errors.Join(err, perr, gerr)
 }

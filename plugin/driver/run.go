@@ -189,7 +189,7 @@ func (r *run) serve(o ServeOptions) error {
 				owners.Node(nodes, o.AllowDevicePlugin),
 				owners.Publishers(pub.Current, driverName, o.Config.NodeName)),
 			Spawn: r.spawn},
-		Health: HealthOptions{Interval: o.HealthInterval, Policy: o.HealthPolicy}})
+		Health: HealthOptions{Interval: o.HealthInterval, Policy: o.HealthPolicy, IdleAfter: o.IdleAfter}})
 	if plugin == nil {
 		return err
 	}

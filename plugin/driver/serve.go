@@ -86,11 +86,14 @@ type Paths struct {
 
 // Intervals pace the periodic sysfs scans: the rescan for changed devices
 // (a minute when 0) and the health checks (10 s when 0), which grade the
-// devices by HealthPolicy (health.DefaultPolicy when its Window is 0).
+// devices by HealthPolicy (health.DefaultPolicy when its Window is 0)
+// and judge each prepared device idle after IdleAfter without RDMA
+// traffic (0: never).
 type Intervals struct {
 	RescanInterval time.Duration
 	HealthInterval time.Duration
 	HealthPolicy   health.Policy
+	IdleAfter      time.Duration
 }
 
 // ClaimStatusOptions say how prepared claims' status.devices are written.

@@ -39,6 +39,7 @@ var locks = map[string]string{
 	"driver/owners.Gate":                          "its own fields, after the check",
 	"driver/claimstatus.Writer":                   "its queue's wanted entries",
 	"driver/metrics.EFA":                          "the exporter's read round",
+	"driver/traffic.Tracker":                      "its devices and the counters' last read; its file is written after",
 	"driver/podresources/podresourcestest.Server": "a test server's pods",
 }
 

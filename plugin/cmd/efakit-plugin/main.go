@@ -90,6 +90,7 @@ var flagEnv = []struct{ flag, env string }{
 	{"health-interval", "HEALTH_INTERVAL"},
 	{"health-window", "HEALTH_WINDOW"},
 	{"health-limits", "HEALTH_LIMITS"},
+	{"idle-after", "IDLE_AFTER"},
 	{"unhealthy-taint-effect", "UNHEALTHY_TAINT_EFFECT"},
 	{"http-address", "HTTP_ADDRESS"},
 	{"allow-with-device-plugin", "ALLOW_EFA_DEVICE_PLUGIN"},
@@ -152,6 +153,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	s.HealthPolicy = health.DefaultPolicy()
 	fl.DurationVar(&s.HealthPolicy.Window, "health-window", s.HealthPolicy.Window, "how far back the health rules count an EFA's counters and port state changes")
 	healthLimits := fl.String("health-limits", "", "rule=limit,... over the defaults "+s.HealthPolicy.Limits()+": each rule grades an EFA whose counters advance by its limit within --health-window (0 turns a rule off); docs/operations.md has the rules")
+	fl.DurationVar(&s.IdleAfter, "idle-after", 15*time.Minute, "how long a prepared claim's EFA may carry no RDMA traffic (its send, receive, RDMA read and write byte counters) before the claim's TrafficSeen condition is False, an Event goes on the claim and efakit_plugin_idle_claims counts it (0: not judged)")
 	unhealthyEffect := fl.String("unhealthy-taint-effect", "NoSchedule", "the effect of an unhealthy EFA's taint: NoSchedule (new claims avoid it) or NoExecute (also evicts the pods using it that do not tolerate it)")
 	fl.StringVar(&s.HTTPAddr, "http-address", ":8080", "address for /healthz, /readyz and /metrics (\"\" for none)")
 	fl.BoolVar(&s.AllowDevicePlugin, "allow-with-device-plugin", false, "publish even where AWS's EFA device plugin (vpc.amazonaws.com/efa) runs on the node")

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -86,6 +87,15 @@ type Deps struct {
 	// AskRescan asks the scanning goroutine for a scan soon: a prepare
 	// saw sysfs differ from the snapshot it was handed. It never blocks.
 	AskRescan func()
+	// Traffic gives each allocated device's TrafficSeen condition (nil:
+	// none).
+	Traffic Traffic
+}
+
+// Traffic gives an allocated device's TrafficSeen condition, false when
+// it judges nothing of it (traffic.Tracker).
+type Traffic interface {
+	Condition(uid, device, shareID string, now time.Time) (claimstatus.Condition, bool)
 }
 
 // PodLister lists the node's pods with the claims their containers use:

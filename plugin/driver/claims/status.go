@@ -3,6 +3,7 @@ package claims
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -38,11 +39,16 @@ func (s *State) statusOf(c checkpoint.Claim, snap *inventory.Snapshot) claimstat
 			i = len(out.Devices)
 			index[k] = i
 			cdiID := s.allocatedID(c.UID, d)
-			out.Devices = append(out.Devices, claimstatus.Device{Device: name, ShareID: d.ShareID,
-				Conditions: []claimstatus.Condition{
-					{Type: claimstatus.TypeReady, Status: metav1.ConditionTrue, Reason: "Prepared", Message: "CDI device " + cdiID + " written"},
-					healthCondition(snap, name),
-				},
+			conds := []claimstatus.Condition{
+				{Type: claimstatus.TypeReady, Status: metav1.ConditionTrue, Reason: "Prepared", Message: "CDI device " + cdiID + " written"},
+				healthCondition(snap, name),
+			}
+			if s.deps.Traffic != nil {
+				if tc, ok := s.deps.Traffic.Condition(c.UID, name, d.ShareID, time.Now()); ok {
+					conds = append(conds, tc)
+				}
+			}
+			out.Devices = append(out.Devices, claimstatus.Device{Device: name, ShareID: d.ShareID, Conditions: conds,
 				Data: &claimstatus.EFAData{Request: d.Request, CDIDevice: cdiID}})
 		}
 		data := out.Devices[i].Data.(*claimstatus.EFAData)

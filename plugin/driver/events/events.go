@@ -31,6 +31,13 @@ const (
 	EventSourceComponent = "efakit-plugin"
 )
 
+// Event reasons on a ResourceClaim (RecordClaim): a device of the claim
+// carried no RDMA traffic for --idle-after, and carried it again.
+const (
+	ReasonNoTraffic = "EFANoTraffic"
+	ReasonTraffic   = "EFATraffic"
+)
+
 // AnnotationDevice names, on an Event about one device, the published
 // device it is about.
 const AnnotationDevice = "efakit.io/device"
@@ -99,6 +106,17 @@ func (e *Recorder) Record(typ, reason, object, message string) {
 		annotations = map[string]string{AnnotationDevice: object}
 	}
 	e.recorder.AnnotatedEventf(e.node, annotations, typ, reason, "%s", truncate(message))
+}
+
+// RecordClaim queues an event about a device of a ResourceClaim (in the
+// claim's namespace, so kubectl describe resourceclaim shows it); it
+// never blocks.
+func (e *Recorder) RecordClaim(typ, reason, namespace, name, uid, device, message string) {
+	if e == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "ResourceClaim", APIVersion: "resource.k8s.io/v1", Namespace: namespace, Name: name, UID: types.UID(uid)}
+	e.recorder.AnnotatedEventf(ref, map[string]string{AnnotationDevice: device}, typ, reason, "%s", truncate(message))
 }
 
 // Stop ends the broadcaster: queued Events are handed on, and a write

@@ -55,6 +55,9 @@ type Health struct {
 	// Grade is 1 for each device that is not healthy, with its grade
 	// ("Degraded", "Unhealthy") and reason; a healthy device has none.
 	Grade *prometheus.GaugeVec // efakit_plugin_device_health{device,grade,reason}
+	// IdleClaims is the number of prepared claims with a device that
+	// carried no RDMA traffic for --idle-after.
+	IdleClaims prometheus.Gauge // efakit_plugin_idle_claims
 }
 
 // Scans are the metrics of the sysfs scans.
@@ -121,6 +124,9 @@ func New() *Metrics {
 	m.ClaimStatus = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "efakit_plugin_claim_status_writes_total", Help: "Writes of prepared claims' status.devices (server-side apply), by outcome: written, retry, gone (the claim was deleted or deallocated meanwhile), forbidden, dropped (the API server keeps no device status), failed.",
 	}, []string{"outcome"})
+	m.Health.IdleClaims = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "efakit_plugin_idle_claims", Help: "Prepared claims with a device that carried no RDMA traffic for --idle-after (its TrafficSeen condition is False).",
+	})
 	m.Registry.MustRegister(m.Own()...)
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -130,7 +136,7 @@ func New() *Metrics {
 // and the process's, and the EFA exporter, which the plugin adds).
 func (m *Metrics) Own() []prometheus.Collector {
 	return []prometheus.Collector{m.StorageWritable, m.ClaimStatus, m.Calls, m.Latency, m.Wait, m.Scans.Devices, m.Published,
-		m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Health.Unhealthy, m.Health.Degraded, m.Health.Grade, m.StandingAside}
+		m.Scans.Errors, m.Scans.Time, m.Renumbered, m.SpecsRestored, m.Health.Unhealthy, m.Health.Degraded, m.Health.Grade, m.StandingAside, m.Health.IdleClaims}
 }
 
 // Observe records a prepare or unprepare (op) of one claim.

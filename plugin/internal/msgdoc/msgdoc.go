@@ -73,13 +73,15 @@ func Scan(fsys fs.FS, dirs []string, reasons map[string]string) ([]Log, []Event,
 							logs[Log{Message: s, Error: sel.Sel.Name == "Error", Where: where}] = true
 						}
 					}
-				case "Record":
-					if len(call.Args) == 4 {
+				case "Record", "RecordClaim":
+					// Record(type, reason, device, message);
+					// RecordClaim(type, reason, namespace, name, uid, device, message).
+					if n := len(call.Args); (sel.Sel.Name == "Record" && n == 4) || (sel.Sel.Name == "RecordClaim" && n == 7) {
 						typ, ok1 := selName(call.Args[0])
 						reason, ok2 := selName(call.Args[1])
 						if ok1 && ok2 && strings.HasPrefix(typ, "EventType") {
 							e := Event{Reason: reasons[reason], Type: strings.TrimPrefix(typ, "EventType"), Where: where}
-							e.Message, _ = leading(call.Args[3])
+							e.Message, _ = leading(call.Args[len(call.Args)-1])
 							if e.Reason == "" {
 								e.Reason = reason
 							}

@@ -20,6 +20,7 @@ var reasons = map[string]string{
 	"ReasonUnhealthy": events.ReasonUnhealthy, "ReasonDegraded": events.ReasonDegraded,
 	"ReasonHealthy": events.ReasonHealthy, "ReasonPublishFailed": events.ReasonPublishFailed,
 	"ReasonRenumbered": events.ReasonRenumbered, "ReasonStorage": events.ReasonStorage,
+	"ReasonNoTraffic": events.ReasonNoTraffic, "ReasonTraffic": events.ReasonTraffic,
 }
 
 // TestMessagesDoc: docs/messages.md lists exactly the Events and log
