@@ -79,6 +79,7 @@ const (
 	CheckDevicePlugin        CheckID = "device-plugin"
 	CheckDRADriver           CheckID = "dra-driver"
 	CheckCDI                 CheckID = "cdi"
+	CheckFallback            CheckID = "fallback"
 )
 
 // Check is the outcome of one check.
@@ -170,6 +171,9 @@ type Options struct {
 	// Environ is this process's environment, "NAME=value" each; nil means
 	// os.Environ() (give an empty, non-nil slice for none).
 	Environ []string
+	// Files is this process's file system from "/", where the dynamic
+	// loader finds NCCL's network plugin (os.DirFS("/") when nil).
+	Files fs.FS
 }
 
 // API is what the doctor reads from the Kubernetes API: a Node, and the
@@ -204,6 +208,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Environ == nil {
 		o.Environ = os.Environ()
+	}
+	if o.Files == nil {
+		o.Files = os.DirFS("/")
 	}
 	if o.Place == "" {
 		o.Place = DetectPlace(o.MetadataDir, o.Environ)
@@ -264,6 +271,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		f.rdmaNetns(),
 		f.memlock(),
 		f.environment(),
+		f.fallback(),
 		f.deviceMetadata(),
 		f.unclaimedDevices(),
 		f.devicePlugin(),

@@ -1,6 +1,7 @@
 package doctor_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -130,7 +131,27 @@ func sceneOf(t *testing.T, capture string, place doctor.Place) *scene {
 		Open:        func(string) error { return nil },
 		Memlock:     memlock(unix.RLIM_INFINITY),
 		Environ:     []string{},
+		Files:       os.DirFS(filepath.Join(dir, "root")),
 	}}
+}
+
+// ofiNCCL puts aws-ofi-nccl where the EFA installer does, and the
+// environment that makes NCCL load it.
+func (s *scene) ofiNCCL() {
+	s.t.Helper()
+	root := s.root()
+	dir := filepath.Join(root, "opt/amazon/ofi-nccl/lib")
+	require.NoError(s.t, os.MkdirAll(dir, 0o755))
+	require.NoError(s.t, os.WriteFile(filepath.Join(dir, "libnccl-net-ofi.so"), nil, 0o644))
+	s.opts.Environ = append(s.opts.Environ, "NCCL_NET_PLUGIN=ofi", "LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/usr/local/lib")
+}
+
+// root is the scene's file system root (Options.Files), made on first use.
+func (s *scene) root() string {
+	s.t.Helper()
+	dir := filepath.Join(filepath.Dir(s.opts.DevDir), "root")
+	require.NoError(s.t, os.MkdirAll(dir, 0o755))
+	return dir
 }
 
 func memlock(cur uint64) func() (unix.Rlimit, error) {
@@ -269,7 +290,7 @@ func (s *scene) run() *doctor.Report {
 	s.t.Helper()
 	rep, err := doctor.Run(context.Background(), s.opts)
 	require.NoError(s.t, err)
-	require.Len(s.t, rep.Checks, 14)
+	require.Len(s.t, rep.Checks, 15)
 	return rep
 }
 
@@ -362,6 +383,7 @@ func TestHealthyNode(t *testing.T) {
 	assert.False(t, rep.Failed())
 	assertStatuses(t, rep, map[doctor.CheckID]doctor.Status{
 		doctor.CheckEnvironment:      doctor.Skip,
+		doctor.CheckFallback:         doctor.Skip,
 		doctor.CheckDeviceMetadata:   doctor.Skip,
 		doctor.CheckUnclaimedDevices: doctor.Skip,
 	})
@@ -386,11 +408,13 @@ func TestPodHoldingFourEFAs(t *testing.T) {
 	s := newScene(t, doctor.InPod)
 	s.mknod(0, 1, 2, 3)
 	s.metadataFile("efas", "efas", s.efaMetadata(0, 1, 2, 3)...)
+	s.ofiNCCL()
 	rep := s.run()
 	assert.Equal(t, doctor.InPod, rep.Place)
 	assert.False(t, rep.Failed())
 	assertStatuses(t, rep, map[doctor.CheckID]doctor.Status{
 		doctor.CheckLibfabricVisibility: doctor.Warn,
+		doctor.CheckFallback:            doctor.Warn,
 		doctor.CheckDevicePlugin:        doctor.Skip,
 		doctor.CheckDRADriver:           doctor.Skip,
 		doctor.CheckCDI:                 doctor.Skip,
@@ -882,6 +906,7 @@ func TestKernelAndDevices(t *testing.T) {
 			doctor.CheckUverbsNodes:         doctor.Skip,
 			doctor.CheckLibfabricVisibility: doctor.Skip,
 			doctor.CheckEnvironment:         doctor.Skip,
+			doctor.CheckFallback:            doctor.Skip,
 			doctor.CheckDeviceMetadata:      doctor.Skip,
 			doctor.CheckUnclaimedDevices:    doctor.Skip,
 			doctor.CheckDevicePlugin:        doctor.Skip,
@@ -1152,10 +1177,104 @@ func ExampleRun() {
 	// pass rdma-netns
 	// pass memlock
 	// skip environment
+	// skip fallback
 	// skip device-metadata
 	// skip unclaimed-devices
 	// skip device-plugin
 	// skip dra-driver
 	// warn cdi
 	// failed: true
+}
+
+// TestFallback: each environment and file that makes libfabric or NCCL
+// leave the container's EFAs for TCP, or keeps GPUDirect RDMA off, and
+// its fix; and the environments that keep them on EFA.
+func TestFallback(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		capture string
+		setup   func(s *scene)
+		want    doctor.Status
+		message []string
+		fix     string
+	}{
+		{name: "on EFA", setup: func(s *scene) { s.mknod(span(0, 32)...); s.ofiNCCL() }, want: doctor.Pass,
+			message: []string{"NCCL loads its network plugin /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"}},
+		{name: "FI_PROVIDER=tcp", setup: func(s *scene) {
+			s.mknod(span(0, 32)...)
+			s.ofiNCCL()
+			s.opts.Environ = append(s.opts.Environ, "FI_PROVIDER=tcp")
+		}, want: doctor.Fail, message: []string{"FI_PROVIDER=tcp: libfabric will not use EFA"}, fix: "unset FI_PROVIDER"},
+		{name: "no EFA held", setup: func(s *scene) { s.ofiNCCL() }, want: doctor.Fail,
+			message: []string{"this container can open no EFA"}, fix: "ResourceClaim"},
+		{name: "FI_EFA_IFACE names others", setup: func(s *scene) {
+			s.mknod(0, 1)
+			s.ofiNCCL()
+			s.opts.Environ = append(s.opts.Environ, "FI_EFA_IFACE="+s.efas[5].Name)
+		}, want: doctor.Fail, message: []string{"FI_EFA_IFACE=rdmap97s0 names no EFA this container can open"}, fix: "rdmap79s0,rdmap80s0"},
+		{name: "NCCL_NET=Socket", setup: func(s *scene) {
+			s.mknod(span(0, 32)...)
+			s.ofiNCCL()
+			s.opts.Environ = append(s.opts.Environ, "NCCL_NET=Socket")
+		}, want: doctor.Fail, message: []string{"NCCL_NET=Socket: NCCL uses TCP sockets"}, fix: "unset NCCL_NET"},
+		{name: "NCCL_NET=IB", setup: func(s *scene) {
+			s.mknod(span(0, 32)...)
+			s.ofiNCCL()
+			s.opts.Environ = append(s.opts.Environ, "NCCL_NET=IB")
+		}, want: doctor.Fail, message: []string{"reliable-connected queue pairs an EFA does not have"}},
+		{name: "NCCL_NET=Libfabric", setup: func(s *scene) {
+			s.mknod(span(0, 32)...)
+			s.ofiNCCL()
+			s.opts.Environ = append(s.opts.Environ, "NCCL_NET=Libfabric")
+		}, want: doctor.Pass, message: []string{"NCCL_NET=Libfabric: aws-ofi-nccl's plugin"}},
+		{name: "NCCL_NET_PLUGIN=none", setup: func(s *scene) {
+			s.mknod(span(0, 32)...)
+			s.ofiNCCL()
+			s.opts.Environ = []string{"NCCL_NET_PLUGIN=none", "LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib"}
+		}, want: doctor.Fail, message: []string{"NCCL_NET_PLUGIN=none: NCCL loads no network plugin"}},
+		{name: "no plugin", setup: func(s *scene) { s.mknod(span(0, 32)...) }, want: doctor.Warn,
+			message: []string{"NCCL would load no network plugin: libnccl-net.so is in none of the loader's directories (/lib, /usr/lib"}, fix: "install aws-ofi-nccl"},
+		{name: "plugin not named", setup: func(s *scene) {
+			s.mknod(span(0, 32)...)
+			s.ofiNCCL()
+			s.opts.Environ = []string{"LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib"}
+		}, want: doctor.Warn, message: []string{"libnccl-net.so is in none"}, fix: "NCCL_NET_PLUGIN=ofi"},
+		{name: "plugin through ld.so.conf", setup: func(s *scene) {
+			s.mknod(span(0, 32)...)
+			root := s.root()
+			require.NoError(t, os.MkdirAll(filepath.Join(root, "etc/ld.so.conf.d"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("# the loader's\ninclude /etc/ld.so.conf.d/*.conf\n"), 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf.d/nccl.conf"), []byte("/opt/nccl/lib\n"), 0o644))
+			require.NoError(t, os.MkdirAll(filepath.Join(root, "opt/nccl/lib"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(root, "opt/nccl/lib/libnccl-net.so"), nil, 0o644))
+		}, want: doctor.Pass, message: []string{"NCCL loads its network plugin /opt/nccl/lib/libnccl-net.so"}},
+		{name: "p4d with aws-ofi-nccl's topology", capture: "../../testdata/sysfs/p4d.24xlarge.sysfs", setup: func(s *scene) {
+			s.mknod(span(0, 4)...)
+			s.ofiNCCL()
+		}, want: doctor.Pass, message: []string{"8 GPU-EFA pairs beyond NCCL's default GDR level, PXB: aws-ofi-nccl's topology file for p4d.24xlarge (p4d-24xl-topo.xml)"}},
+		{name: "p4d with the user's topology", capture: "../../testdata/sysfs/p4d.24xlarge.sysfs", setup: func(s *scene) {
+			s.mknod(span(0, 4)...)
+			s.ofiNCCL()
+			s.opts.Environ = append(s.opts.Environ, "NCCL_TOPO_FILE=/workspace/topo.xml")
+		}, want: doctor.Warn, message: []string{"NCCL_TOPO_FILE=/workspace/topo.xml replaces aws-ofi-nccl's p4d-24xl-topo.xml"}, fix: "NCCL_NET_GDR_LEVEL=PHB"},
+		{name: "p4d with NCCL_NET_GDR_LEVEL=PHB", capture: "../../testdata/sysfs/p4d.24xlarge.sysfs", setup: func(s *scene) {
+			s.mknod(span(0, 4)...)
+			s.ofiNCCL()
+			s.opts.Environ = append(s.opts.Environ, "NCCL_TOPO_FILE=/workspace/topo.xml", "NCCL_NET_GDR_LEVEL=PHB")
+		}, want: doctor.Pass, message: []string{"NCCL loads its network plugin"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			capture := cmp.Or(tc.capture, p5Capture)
+			s := sceneOf(t, capture, doctor.InPod)
+			tc.setup(s)
+			c := check(t, s.run(), doctor.CheckFallback)
+			assert.Equal(t, tc.want, c.Status, "%s | %s", c.Message, c.Fix)
+			for _, m := range tc.message {
+				assert.Contains(t, c.Message, m)
+			}
+			assert.Contains(t, c.Fix, tc.fix)
+		})
+	}
 }

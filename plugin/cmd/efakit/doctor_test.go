@@ -61,7 +61,7 @@ func TestDoctorText(t *testing.T) {
 	assert.Equal(t, 1, code, errOut)
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	ids := []doctor.CheckID{doctor.CheckKernelModules, doctor.CheckEFADevices, doctor.CheckPCIeLinks, doctor.CheckGPUDirect, doctor.CheckUverbsNodes, doctor.CheckLibfabricVisibility,
-		doctor.CheckRDMANetns, doctor.CheckMemlock, doctor.CheckEnvironment, doctor.CheckDeviceMetadata,
+		doctor.CheckRDMANetns, doctor.CheckMemlock, doctor.CheckEnvironment, doctor.CheckFallback, doctor.CheckDeviceMetadata,
 		doctor.CheckUnclaimedDevices, doctor.CheckDevicePlugin, doctor.CheckDRADriver, doctor.CheckCDI}
 	require.Len(t, lines, len(ids), out)
 	for i, l := range lines {
@@ -85,7 +85,7 @@ func TestDoctorJSON(t *testing.T) {
 	assert.Equal(t, 1, code, errOut)
 	var rep doctor.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	require.Len(t, rep.Checks, 14)
+	require.Len(t, rep.Checks, 15)
 	assert.True(t, rep.Failed())
 	c, ok := rep.Check(doctor.CheckEFADevices)
 	require.True(t, ok)

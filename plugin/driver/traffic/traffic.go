@@ -287,7 +287,7 @@ func (d *device) idleMessage(idleAfter time.Duration) string {
 	} else {
 		what += fmt.Sprintf(" since %s, over %s", d.Traffic.UTC().Format(time.RFC3339), idleAfter)
 	}
-	msg := what + ": if a job runs, its libfabric or NCCL may have fallen back to TCP sockets; run efakit doctor in the pod"
+	msg := what + ": if a job runs, its libfabric or NCCL may have fallen back to TCP sockets; run efakit doctor in the pod (its fallback check says why)"
 	if d.Shared {
 		msg += "; a shared EFA's counters count every claim sharing it"
 	}
