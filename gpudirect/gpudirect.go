@@ -106,7 +106,20 @@ const (
 	CheckNVIDIATopology = "nvidia-topology-check"
 	CheckEFAPeerMemory  = "efa-peer-memory"
 	CheckACS            = "acs"
+	// CheckNCCL is what NCCL does with the pair by default: GPUDirect RDMA
+	// up to PXB, or farther where aws-ofi-nccl's topology file for the
+	// instance type declares the switch the two share.
+	CheckNCCL = "nccl-gdr-level"
 )
+
+// ncclTopologyFiles are the instance types whose GPU-EFA pairs a guest
+// sees at PHB, for which aws-ofi-nccl ships a topology file that declares
+// the PCIe switch each GPU shares with its EFA (topology/*-topo.xml).
+var ncclTopologyFiles = map[string]string{
+	"p4d.24xlarge":  "p4d-24xl-topo.xml",
+	"p4de.24xlarge": "p4de-24xl-topo.xml",
+	"g5.48xlarge":   "g5.48xl-topo.xml",
+}
 
 // Sources of the rules, as the findings cite them.
 const (
@@ -115,6 +128,7 @@ const (
 	sourceEFAP2P         = "amzn-drivers kernel/linux/efa/src/efa_sysfs.c, efa_p2p.c and efa_nvmem_impl.h"
 	sourceACS            = "PCI Express Base Specification, ACS extended capability; NCCL troubleshooting guide, PCI Access Control Services"
 	sourceNVIDIADriver   = "NVIDIA open-gpu-kernel-modules kernel-open/nvidia/nv.c (MODULE_VERSION)"
+	sourceNCCL           = "NVIDIA/nccl src/graph/paths.cc (ncclTopoCheckGdr: netGdrLevel PATH_PXB unless NCCL_NET_GDR_LEVEL); aws-ofi-nccl src/platform-aws.c and topology/*-topo.xml (applied while NCCL_TOPO_FILE is unset)"
 )
 
 // Finding is what one check found.
@@ -147,6 +161,14 @@ type Pair struct {
 	// traffic; nil for a pair on different root complexes, where it
 	// crosses the host anyway.
 	ACS *Finding `json:"acs,omitempty"`
+	// NCCL is whether NCCL uses GPUDirect RDMA for the pair with its
+	// defaults (CheckNCCL): Ready up to PXB, or where aws-ofi-nccl's
+	// topology file for the instance type applies (the message names
+	// it); Slow beyond, where NCCL stages GPU memory through the host
+	// unless NCCL_NET_GDR_LEVEL allows the pair. A process's own
+	// environment can change both: efakit doctor in the pod reads it.
+	// nil for a link not known, and on a Grace (coherent) platform.
+	NCCL *Finding `json:"nccl,omitempty"`
 }
 
 // ReadyBy returns the methods whose path is ready.
@@ -265,7 +287,47 @@ func judge(t *topology.Topology, g, e *topology.Device, n Node) Pair {
 	}
 	p.Paths = []Path{path(DMABuf, dmabuf), path(PeerMemory, peer)}
 	p.Status = better(p.Paths[0].Status, p.Paths[1].Status)
+	if !grace {
+		// A Grace GPU reaches its EFA through NVLink-C2C, a path NCCL
+		// judges apart from PCIe's: not judged here.
+		p.NCCL = ncclFinding(t, p.Link)
+	}
+	if p.Status == Ready && p.NCCL != nil && p.NCCL.Status == Slow {
+		p.Status = Slow
+	}
 	return p
+}
+
+// ncclFinding is what NCCL does with a pair of this link by default; nil
+// for a link not known.
+func ncclFinding(t *topology.Topology, l topology.Link) *Finding {
+	f := &Finding{Check: CheckNCCL, Status: Ready, Source: sourceNCCL}
+	switch {
+	case l == topology.LinkUnknown:
+		return nil
+	case l <= topology.LinkPXB:
+		f.Message = fmt.Sprintf("%s: within NCCL's default GPUDirect RDMA level (PXB)", l)
+		return f
+	}
+	instance := ""
+	if t.Host != nil {
+		instance = t.Host.InstanceType
+	}
+	if file, ok := ncclTopologyFiles[instance]; ok {
+		f.Message = fmt.Sprintf("%s, beyond NCCL's default GPUDirect RDMA level (PXB), but aws-ofi-nccl's topology file for %s (%s) declares the PCIe switch the GPU shares with the EFA: NCCL uses GPUDirect RDMA while NCCL_TOPO_FILE is unset", l, instance, file)
+		return f
+	}
+	f.Status = Slow
+	f.Message = fmt.Sprintf("%s: beyond NCCL's default GPUDirect RDMA level (PXB), NCCL stages the GPU's memory through the host unless NCCL_NET_GDR_LEVEL is %s or farther", l, gdrLevelFor(l))
+	return f
+}
+
+// gdrLevelFor is the NCCL_NET_GDR_LEVEL that allows a link.
+func gdrLevelFor(l topology.Link) string {
+	if l == topology.LinkPHB {
+		return "PHB"
+	}
+	return "SYS"
 }
 
 func path(m Method, found []Finding) Path {
@@ -487,7 +549,7 @@ func Judge(fsys fs.FS, t *topology.Topology, proc fs.FS) ([]Pair, Node, error) {
 type Blocker struct {
 	Pair *Pair
 	// Key is the method and check ("dma-buf nvidia-topology-check"), or
-	// the check alone for ACS.
+	// the check alone for ACS and NCCL.
 	Key     string
 	Finding Finding
 	// Pairs is how many pairs that are not ready the finding applies to.
@@ -495,7 +557,7 @@ type Blocker struct {
 }
 
 // Blockers lists, in the pairs' order, each finding that is not ready on
-// a pair that is not ready (ACS included), once per method, check and
+// a pair that is not ready (ACS and NCCL included), once per method, check and
 // status, on the first pair it applies to.
 func Blockers(pairs []Pair) []Blocker {
 	var out []Blocker
@@ -524,6 +586,9 @@ func Blockers(pairs []Pair) []Blocker {
 		}
 		if p.ACS != nil {
 			add(p, p.ACS.Check, *p.ACS)
+		}
+		if p.NCCL != nil {
+			add(p, p.NCCL.Check, *p.NCCL)
 		}
 	}
 	return out

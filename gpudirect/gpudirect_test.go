@@ -216,7 +216,57 @@ func TestACS(t *testing.T) {
 	apart := gdrcases.Machine{Product: "p5.48xlarge", P2P: "NVIDIA", EFAModule: "2.13.0g", NVIDIA: "580.105.08", ACS: redirect.ACS}
 	p = assess(t, apart, proc(al2023, "-"))
 	assert.Nil(t, p.ACS, "pairs on two root complexes cross the host: no switch port to judge")
-	assert.Equal(t, gpudirect.Ready, p.Status)
+	// Beyond PXB on an instance aws-ofi-nccl ships no topology file for:
+	// NCCL stages the GPU's memory through the host.
+	assert.Equal(t, gpudirect.Slow, p.Status)
+	require.NotNil(t, p.NCCL)
+	assert.Equal(t, gpudirect.Slow, p.NCCL.Status)
+	assert.Contains(t, p.NCCL.Message, "beyond NCCL's default GPUDirect RDMA level (PXB)")
+}
+
+// TestNCCLLevel: what NCCL does with a pair by default, on the bundled
+// captures: p5's PXB pairs within its GPUDirect RDMA level; p4d's and
+// p4de's PHB pairs ready by aws-ofi-nccl's topology file, which the
+// finding names; a PHB pair elsewhere slow, with the level that allows it.
+func TestNCCLLevel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		capture, link string
+		status        gpudirect.Status
+		message       string
+	}{
+		{"p5.48xlarge", "PXB", gpudirect.Ready, "within NCCL's default GPUDirect RDMA level (PXB)"},
+		{"p4d.24xlarge", "PHB", gpudirect.Ready, "aws-ofi-nccl's topology file for p4d.24xlarge (p4d-24xl-topo.xml)"},
+		{"p4de.24xlarge", "PHB", gpudirect.Ready, "aws-ofi-nccl's topology file for p4de.24xlarge (p4de-24xl-topo.xml)"},
+	} {
+		t.Run(tc.capture, func(t *testing.T) {
+			t.Parallel()
+			root, err := sysfs.Open("../testdata/sysfs/" + tc.capture + ".sysfs")
+			require.NoError(t, err)
+			defer root.Close()
+			topo, err := topology.Scan(root)
+			require.NoError(t, err)
+			pairs := gpudirect.Assess(topo, gpudirect.Node{})
+			require.NotEmpty(t, pairs)
+			for _, p := range pairs {
+				require.NotNil(t, p.NCCL, "%s-%s", p.GPU.Name, p.EFA.Name)
+				assert.Equal(t, tc.link, p.Link.String())
+				assert.Equal(t, tc.status, p.NCCL.Status)
+				assert.Contains(t, p.NCCL.Message, tc.message)
+				assert.Equal(t, gpudirect.CheckNCCL, p.NCCL.Check)
+			}
+		})
+	}
+	// The same PHB pairs on an instance type without a file: slow.
+	root, err := sysfs.Open("../testdata/sysfs/p4d.24xlarge.sysfs")
+	require.NoError(t, err)
+	defer root.Close()
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	topo.Host.InstanceType = "p4x.24xlarge"
+	p := gpudirect.Assess(topo, gpudirect.Node{})[0]
+	assert.Equal(t, gpudirect.Slow, p.NCCL.Status)
+	assert.Contains(t, p.NCCL.Message, "unless NCCL_NET_GDR_LEVEL is PHB or farther")
 }
 
 // TestFixtures: every bundled fixture is assessed without errors, each

@@ -44,6 +44,9 @@ var Allowed = map[string][]string{
 	// The prepared claims' status.devices: written by server-side apply,
 	// from entries the claim state builds; no hardware knowledge of its own.
 	"plugin/driver/claimstatus": nil,
+	// Each prepared device's RDMA traffic, from the EFAs' counters: its
+	// TrafficSeen condition and its own file.
+	"plugin/driver/traffic": {"plugin/driver/claimstatus", "internal/atomicfile", "efa", "pcie", "sysfs"},
 	// The inventory: the last scan's snapshot, built from the topology.
 	"plugin/driver/inventory": {"plugin/driver/resources", "efa", "efa/health", "gpudirect", "host", "neuron", "pcie", "sysfs", "topology"},
 	// The parts that own state, each reading the inventory's snapshots:
@@ -56,7 +59,7 @@ var Allowed = map[string][]string{
 
 	// The kubelet plugin: an adapter over the parts above.
 	"plugin/driver": {"internal/placed", "plugin/internal/live", "plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claims", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/owners", "plugin/driver/podresources",
-		"plugin/driver/publishing", "plugin/driver/resources", "plugin/driver/uevents", "efa", "efa/health", "gpudirect", "host", "internal/uevent",
+		"plugin/driver/publishing", "plugin/driver/resources", "plugin/driver/traffic", "plugin/driver/uevents", "efa", "efa/health", "gpudirect", "host", "internal/uevent",
 		"internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The commands.

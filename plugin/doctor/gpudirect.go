@@ -77,5 +77,14 @@ func methods(pairs []gpudirect.Pair) string {
 			}
 		}
 	}
-	return "ready by " + strings.Join(out, ", ")
+	s := "ready by " + strings.Join(out, ", ")
+	// Pairs beyond PXB that NCCL uses through aws-ofi-nccl's topology
+	// file: which file.
+	for _, p := range pairs {
+		if p.NCCL != nil && p.NCCL.Status == gpudirect.Ready && p.Link > topology.LinkPXB {
+			s += "; NCCL: " + p.NCCL.Message
+			break
+		}
+	}
+	return s
 }

@@ -81,7 +81,8 @@ var (
 	// peer-memory provider, dma-buf unknown without a proc root.
 	efa4f = claimstatus.EFAData{RDMADevice: "rdmap79s0", UverbsDevice: "uverbs0", UverbsNode: "/dev/infiniband/uverbs0", DeviceNumber: "231:192",
 		PCIAddress: "0000:4f:00.0", PortData: claimstatus.PortData{GID: "fe80:0000:0000:0000:0002:0eff:fe4a:0001", LinkRateGbps: 100, PortState: "ACTIVE"},
-		GPUDirect: []claimstatus.GPUDirectData{{GPU: "0000:53:00.0", Link: "PXB", Status: "ready", ReadyBy: []string{"peer-memory"}, NotReady: []string{"dma-buf kernel-dma-buf: unknown"}}}}
+		GPUDirect: []claimstatus.GPUDirectData{{GPU: "0000:53:00.0", Link: "PXB", Status: "ready", ReadyBy: []string{"peer-memory"}, NotReady: []string{"dma-buf kernel-dma-buf: unknown"},
+			NCCL: "PXB: within NCCL's default GPUDirect RDMA level (PXB)"}}}
 )
 
 // TestClaimStatusSingle: a prepare through Serve gives the claim in the

@@ -332,6 +332,15 @@ func printGPUDirect(w io.Writer, v topoView) {
 		fmt.Fprintf(tw, "  %s %s\t%s %s\t%s\t%s\t%s\n", p.GPU, p.GPUAddress, p.EFA, p.EFAAddress, p.Link, p.Status, by)
 	}
 	tw.Flush()
+	// What NCCL does beyond PXB where a topology file makes it ready:
+	// the file, once.
+	seen := map[string]bool{}
+	for _, p := range v.GPUDirect {
+		if p.NCCL != nil && p.NCCL.Status == gpudirect.Ready && p.Link > topology.LinkPXB && !seen[p.NCCL.Message] {
+			seen[p.NCCL.Message] = true
+			fmt.Fprintf(w, "\nNCCL: pairs at %s\n", p.NCCL.Message)
+		}
+	}
 	// What blocks or is unknown: each check's finding on its first pair,
 	// with how many pairs it applies to.
 	pairs := make([]gpudirect.Pair, len(v.GPUDirect))

@@ -91,6 +91,12 @@ func gpuDirectData(pairs []gpudirect.Pair) []claimstatus.GPUDirectData {
 				}
 			}
 		}
+		if p.NCCL != nil {
+			g.NCCL = p.NCCL.Message
+			if p.NCCL.Status != gpudirect.Ready {
+				g.NotReady = append(g.NotReady, fmt.Sprintf("%s: %s", p.NCCL.Check, p.NCCL.Status))
+			}
+		}
 		out = append(out, g)
 	}
 	return out

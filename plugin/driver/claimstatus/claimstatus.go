@@ -532,10 +532,15 @@ type PortData struct {
 type GPUDirectData struct {
 	GPU    string `json:"gpu"`    // the GPU's PCI address
 	Link   string `json:"link"`   // PXB, PHB, NODE...
-	Status string `json:"status"` // ready, unknown or blocked
+	Status string `json:"status"` // ready, slow, unknown or blocked
 	// ReadyBy are the paths that work: dma-buf, peer-memory.
 	ReadyBy []string `json:"readyBy,omitempty"`
 	// NotReady are the checks that keep a path from ready, with their
 	// status: "dma-buf nvidia-topology-check: blocked".
 	NotReady []string `json:"notReady,omitempty"`
+	// NCCL is what NCCL does with the pair by default: within its
+	// GPUDirect RDMA level, ready by aws-ofi-nccl's topology file for the
+	// instance type (named), or staged through the host unless
+	// NCCL_NET_GDR_LEVEL allows it.
+	NCCL string `json:"nccl,omitempty"`
 }
