@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/gpudirect"
+	"github.com/efakit/efakit/internal/fixturegen/machines"
 	"github.com/efakit/efakit/internal/gdrcases"
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/internal/testfixture"
@@ -226,8 +227,8 @@ func TestACS(t *testing.T) {
 
 // TestNCCLLevel: what NCCL does with a pair by default, on the bundled
 // captures: p5's PXB pairs within its GPUDirect RDMA level; p4d's and
-// p4de's PHB pairs ready by aws-ofi-nccl's topology file, which the
-// finding names; a PHB pair elsewhere slow, with the level that allows it.
+// p4de's and g5.48xlarge's PHB pairs ready by aws-ofi-nccl's topology
+// file, which the finding names; a PHB pair elsewhere slow, with the level that allows it.
 func TestNCCLLevel(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -257,6 +258,23 @@ func TestNCCLLevel(t *testing.T) {
 			}
 		})
 	}
+	// g5.48xlarge, which has no bundled capture: its model (the layout
+	// aws-ofi-nccl's g5.48xl-topo.xml gives), eight GPUs with one EFA.
+	g5, err := machines.Build("g5.48xlarge")
+	require.NoError(t, err)
+	g5root, err := g5.Root()
+	require.NoError(t, err)
+	g5topo, err := topology.Scan(g5root)
+	require.NoError(t, err)
+	g5pairs := gpudirect.Assess(g5topo, gpudirect.Node{})
+	require.Len(t, g5pairs, 8)
+	for _, p := range g5pairs {
+		assert.Equal(t, "PHB", p.Link.String())
+		require.NotNil(t, p.NCCL)
+		assert.Equal(t, gpudirect.Ready, p.NCCL.Status)
+		assert.Contains(t, p.NCCL.Message, "aws-ofi-nccl's topology file for g5.48xlarge (g5.48xl-topo.xml)")
+	}
+
 	// The same PHB pairs on an instance type without a file: slow.
 	root, err := sysfs.Open("../testdata/sysfs/p4d.24xlarge.sysfs")
 	require.NoError(t, err)
