@@ -76,67 +76,6 @@ func TestSlug(t *testing.T) {
 	}
 }
 
-// TestRepositoryWording: no page names one of the project's issues, and
-// no page but the reports speaks of a machine or the article the project
-// started from.
-func TestRepositoryWording(t *testing.T) {
-	root := os.DirFS("../..")
-	bad, err := Wording(root, markdown(t, root))
-	require.NoError(t, err)
-	assert.Empty(t, bad)
-}
-
-// TestWordingFinds: each kind of wording is found where the rule says,
-// and another project's issue, a report's machine and code blocks pass.
-func TestWordingFinds(t *testing.T) {
-	fsys := fstest.MapFS{
-		"docs/a.md": {Data: []byte("Until issue 23 it did not. See kubernetes/kubernetes issue 139836 and dranet's issue 293.\n" +
-			"Measured on this machine. As the seed article promised.\n```\nissue 7 on this machine\n```\n")},
-		"docs/performance.md": {Data: []byte("On this 2-CPU machine it took 3 s (issues 12).\n")},
-	}
-	bad, err := Wording(fsys, []string{"docs/a.md", "docs/performance.md"})
-	require.NoError(t, err)
-	assert.Equal(t, []string{
-		`docs/a.md:1: "issue 23" names one of the project's issues: say what the software does`,
-		`docs/a.md:2: "this machine": a reference page speaks of the software, not of a machine or the article`,
-		`docs/a.md:2: "seed article": a reference page speaks of the software, not of a machine or the article`,
-		`docs/performance.md:1: "issues 12" names one of the project's issues: say what the software does`,
-	}, bad)
-}
-
-func TestReadProse(t *testing.T) {
-	p := ReadProse([]byte("# A heading of five words\n\nOne two three. Four five\nsix `seven eight`!\n\n" +
-		"- a list item\n- another [link](x.md#y) here\n\n| a | table |\n|---|---|\n\n```sh\n$ make test\n```\n" +
-		"\n    indented code\n    more\n\n- item\n\n    - nested item\n" +
-		"<!-- BEGIN x -->\n- a b c d e f\n<!-- END x -->\n"))
-	assert.Equal(t, Prose{Words: 16, Sentences: 6, CodeLines: 5, Lines: 14}, p)
-	assert.InDelta(t, 16.0/6, p.WordsPerSentence(), 1e-9)
-	assert.InDelta(t, 5.0/14, p.CodeShare(), 1e-9)
-}
-
-// MaxWordsPerSentence is the longest mean sentence a page may have.
-const MaxWordsPerSentence = 24
-
-// TestRepositoryProse prints how each page of the README and docs/ reads
-// (go test -v) and fails when a page's sentences average more than
-// MaxWordsPerSentence words.
-func TestRepositoryProse(t *testing.T) {
-	root := os.DirFS("../..")
-	var all Prose
-	for _, f := range markdown(t, root) {
-		if !strings.HasPrefix(f, "docs/") && f != "README.md" {
-			continue
-		}
-		b, err := fs.ReadFile(root, f)
-		require.NoError(t, err)
-		p := ReadProse(b)
-		all = all.Add(p)
-		t.Logf("%-28s %5.1f words a sentence, %4d sentences, %3.0f%% code", f, p.WordsPerSentence(), p.Sentences, 100*p.CodeShare())
-		assert.LessOrEqual(t, p.WordsPerSentence(), float64(MaxWordsPerSentence), "%s: sentences average %.1f words; split them", f, p.WordsPerSentence())
-	}
-	t.Logf("%-28s %5.1f words a sentence, %4d sentences, %3.0f%% code", "all", all.WordsPerSentence(), all.Sentences, 100*all.CodeShare())
-}
-
 func TestBlocks(t *testing.T) {
 	b := []byte("text\n```console\n$ efakit list\n```\n\n  ```go\n  package main\n  ```\nafter\n```\nopen to the end\n")
 	assert.Equal(t, []Block{
