@@ -72,9 +72,8 @@ func TestGoneIsUnhealthy(t *testing.T) {
 			kept = append(kept, d)
 		}
 	}
-	without := *topo
-	without.Devices = kept
-	next, changes, err := inventory.Build(&without, nil, cfg, first, nil)
+	without := &topology.Topology{Devices: kept, Host: topo.Host, Table: topo.Table, InactiveEFAs: topo.InactiveEFAs}
+	next, changes, err := inventory.Build(without, nil, cfg, first, nil)
 	require.NoError(t, err)
 	gone := next.Health["efa-0000-4f-00-0"]
 	assert.Equal(t, health.Unhealthy, gone.Grade)
