@@ -225,6 +225,17 @@ func TestACS(t *testing.T) {
 	assert.Contains(t, p.NCCL.Message, "beyond NCCL's default GPUDirect RDMA level (PXB)")
 }
 
+// scanCapture opens a bundled capture and scans it whole.
+func scanCapture(t *testing.T, name string) (*sysfs.Root, *topology.Topology) {
+	t.Helper()
+	root, err := sysfs.Open(filepath.Join("..", "testdata", "sysfs", name+".sysfs"))
+	require.NoError(t, err)
+	t.Cleanup(func() { root.Close() })
+	topo, err := topology.Scan(root)
+	require.NoError(t, err)
+	return root, topo
+}
+
 // TestNCCLLevel: what NCCL does with a pair by default, on the bundled
 // captures: p5's PXB pairs within its GPUDirect RDMA level; p4d's and
 // p4de's and g5.48xlarge's PHB pairs ready by aws-ofi-nccl's topology
@@ -242,11 +253,7 @@ func TestNCCLLevel(t *testing.T) {
 	} {
 		t.Run(tc.capture, func(t *testing.T) {
 			t.Parallel()
-			root, err := sysfs.Open("../testdata/sysfs/" + tc.capture + ".sysfs")
-			require.NoError(t, err)
-			defer root.Close()
-			topo, err := topology.Scan(root)
-			require.NoError(t, err)
+			_, topo := scanCapture(t, tc.capture)
 			pairs := gpudirect.Assess(topo, gpudirect.Node{})
 			require.NotEmpty(t, pairs)
 			for _, p := range pairs {
@@ -276,11 +283,7 @@ func TestNCCLLevel(t *testing.T) {
 	}
 
 	// The same PHB pairs on an instance type without a file: slow.
-	root, err := sysfs.Open("../testdata/sysfs/p4d.24xlarge.sysfs")
-	require.NoError(t, err)
-	defer root.Close()
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
+	_, topo := scanCapture(t, "p4d.24xlarge")
 	topo.Host.InstanceType = "p4x.24xlarge"
 	p := gpudirect.Assess(topo, gpudirect.Node{})[0]
 	assert.Equal(t, gpudirect.Slow, p.NCCL.Status)
@@ -393,12 +396,8 @@ func TestCases(t *testing.T) {
 // test), and the topology's devices are as the scan left them.
 func TestJudgingWritesNothing(t *testing.T) {
 	t.Parallel()
-	root, err := sysfs.Open(filepath.Join("..", "testdata", "sysfs", "p5.48xlarge.sysfs"))
-	require.NoError(t, err)
-	defer root.Close()
+	root, topo := scanCapture(t, "p5.48xlarge")
 	proc := os.DirFS(filepath.Join("..", "testdata", "gpudirect", "p5-ready.proc"))
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
 	type seen struct {
 		iommu int
 		gdr   *bool
@@ -441,12 +440,8 @@ func TestJudgingWritesNothing(t *testing.T) {
 // topology is an error, never a panic.
 func TestJudgePair(t *testing.T) {
 	t.Parallel()
-	root, err := sysfs.Open(filepath.Join("..", "testdata", "sysfs", "p5.48xlarge.sysfs"))
-	require.NoError(t, err)
-	defer root.Close()
+	root, topo := scanCapture(t, "p5.48xlarge")
 	proc := os.DirFS(filepath.Join("..", "testdata", "gpudirect", "p5-ready.proc"))
-	topo, err := topology.Scan(root)
-	require.NoError(t, err)
 	all, _, err := gpudirect.Judge(root, topo, proc)
 	require.NoError(t, err)
 	gpu0 := topo.ByName("GPU0")

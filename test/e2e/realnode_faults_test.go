@@ -127,7 +127,13 @@ func (n *realNode) podEvents(name string) []string {
 
 // nodeEvents are the messages of the Events of a reason about the Node.
 func (n *realNode) nodeEvents(reason string) []string {
-	ev, err := n.c.client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,reason=" + reason})
+	return n.eventMessages(metav1.NamespaceDefault, "involvedObject.kind=Node,reason="+reason)
+}
+
+// eventMessages are the messages of the Events in namespace ns that the
+// field selector picks.
+func (n *realNode) eventMessages(ns, selector string) []string {
+	ev, err := n.c.client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: selector})
 	if err != nil {
 		return nil
 	}

@@ -19,18 +19,10 @@ import (
 	"github.com/efakit/efakit/plugin/driver/traffic"
 )
 
-// claimEvents are the Events of a reason about a ResourceClaim.
+// claimEvents are the messages of the Events of a reason about a
+// ResourceClaim.
 func (n *realNode) claimEvents(claim, reason string) []string {
-	ev, err := n.c.client.CoreV1().Events(nodeNS).List(context.Background(), metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=ResourceClaim,involvedObject.name=" + claim + ",reason=" + reason})
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range ev.Items {
-		out = append(out, e.Message)
-	}
-	return out
+	return n.eventMessages(nodeNS, "involvedObject.kind=ResourceClaim,involvedObject.name="+claim+",reason="+reason)
 }
 
 // TestRealNodeTraffic: a pod holds two claims, one of two EFAs and one of

@@ -28,17 +28,24 @@ func written(t *testing.T, c *fake.Clientset, ns string, n int) []corev1.Event {
 	return got
 }
 
+// recorder is a Recorder for node-1 over a fake clientset, stopped with
+// the test.
+func recorder(t *testing.T) (*fake.Clientset, *events.Recorder) {
+	t.Helper()
+	c := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := events.New(ctx, c, "node-1", nil)
+	t.Cleanup(func() { r.Stop(); cancel() })
+	return c, r
+}
+
 // TestRecordOnNode: an Event about a device goes on the Node, in
 // namespace default, as the kubelet writes its own: involvedObject the
 // Node with its name as UID, the source efakit-plugin on the node, the
 // device in the annotation.
 func TestRecordOnNode(t *testing.T) {
 	t.Parallel()
-	c := fake.NewClientset()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r := events.New(ctx, c, "node-1", nil)
-	defer r.Stop()
+	c, r := recorder(t)
 	r.Record(corev1.EventTypeWarning, events.ReasonUnhealthy, "efa-0000-4f-00-0", "EFA rdmap79s0 is unhealthy: port DOWN")
 	e := written(t, c, metav1.NamespaceDefault, 1)[0]
 	assert.Equal(t, "Node", e.InvolvedObject.Kind)
@@ -55,11 +62,7 @@ func TestRecordOnNode(t *testing.T) {
 // 1 kB is cut.
 func TestRecordClaim(t *testing.T) {
 	t.Parallel()
-	c := fake.NewClientset()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r := events.New(ctx, c, "node-1", nil)
-	defer r.Stop()
+	c, r := recorder(t)
 	r.RecordClaim(corev1.EventTypeWarning, events.ReasonNoTraffic, "ml", "train-efas", "uid-1", "efa-0000-4f-00-0", strings.Repeat("x", 2000))
 	e := written(t, c, "ml", 1)[0]
 	assert.Equal(t, "ResourceClaim", e.InvolvedObject.Kind)
