@@ -54,7 +54,10 @@ var Allowed = map[string][]string{
 	// prepare takes).
 	"plugin/driver/publishing": {"plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics", "plugin/driver/resources", "efa", "host", "plugin/internal/informerwait", "neuron", "pcie", "sysfs", "topology"},
 	"plugin/driver/owners":     {"plugin/internal/live", "rdmans", "plugin/driver/events", "plugin/driver/metrics", "plugin/driver/resources", "efa", "plugin/internal/informerwait", "pcie", "sysfs"},
-	"plugin/driver/claims": {"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics",
+	// The libfabric environment a claim's CDI devices set, and the
+	// containers' check: decided on what the claim state hands it.
+	"plugin/driver/claimenv": {"plugin/cdi", "plugin/driver/checkpoint", "plugin/driver/podresources", "plugin/driver/resources"},
+	"plugin/driver/claims": {"plugin/cdi", "plugin/driver/claimenv", "plugin/driver/checkpoint", "plugin/driver/claimstatus", "plugin/driver/events", "plugin/driver/inventory", "plugin/driver/metrics",
 		"plugin/driver/podresources", "plugin/driver/resources", "efa", "efa/health", "gpudirect", "host", "internal/atomicfile", "neuron", "pcie", "sysfs", "topology"},
 
 	// The kubelet plugin: an adapter over the parts above.

@@ -46,21 +46,13 @@ func trafficClaims(st *checkpoint.State) []traffic.Claim {
 	out := make([]traffic.Claim, 0, len(st.Claims))
 	for _, c := range st.Claims {
 		tc := traffic.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
-		index := map[[2]string]int{}
-		for _, d := range c.Devices {
-			name := d.Device
-			if d.Group != "" {
-				name = d.Group
+		for _, a := range c.Allocated() {
+			dev := traffic.Device{Name: a.Name, ShareID: a.ShareID}
+			for _, d := range a.EFAs {
+				dev.PCI = append(dev.PCI, d.PCIAddress)
+				dev.RDMA = append(dev.RDMA, d.RDMAName)
 			}
-			k := [2]string{name, d.ShareID}
-			i, ok := index[k]
-			if !ok {
-				i = len(tc.Devices)
-				index[k] = i
-				tc.Devices = append(tc.Devices, traffic.Device{Name: name, ShareID: d.ShareID})
-			}
-			tc.Devices[i].PCI = append(tc.Devices[i].PCI, d.PCIAddress)
-			tc.Devices[i].RDMA = append(tc.Devices[i].RDMA, d.RDMAName)
+			tc.Devices = append(tc.Devices, dev)
 		}
 		out = append(out, tc)
 	}

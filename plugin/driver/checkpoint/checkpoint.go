@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -104,6 +103,44 @@ type Claim struct {
 	// DeviceClass that request asks. Each container of the pod gets one
 	// request of a class (its own), never the others'. Since 3.
 	ExtendedClasses map[string]string `json:"extendedClasses,omitempty"`
+}
+
+// Allocated is one device the scheduler allocated a prepared claim, as the
+// kubelet knows it: an EFA, a group device once (its EFAs the members),
+// or an EFA shared by capacity once per share. The CDI device, the
+// kubelet's answer, the claim's status.devices entry and the traffic
+// judgement are each one per allocated device.
+type Allocated struct {
+	// Name is the published device: the EFA, or the group.
+	Name string
+	// ShareID is the allocation's share of an EFA shared by capacity ("":
+	// none).
+	ShareID string
+	// Request is the request of the first of its EFAs.
+	Request string
+	// EFAs are the claim's records of its EFAs, in record order.
+	EFAs []PreparedDevice
+}
+
+// Allocated groups the claim's EFAs by allocated device, in record order.
+func (c Claim) Allocated() []Allocated {
+	var out []Allocated
+	index := map[[2]string]int{}
+	for _, d := range c.Devices {
+		name := d.Device
+		if d.Group != "" {
+			name = d.Group
+		}
+		k := [2]string{name, d.ShareID}
+		i, ok := index[k]
+		if !ok {
+			i = len(out)
+			index[k] = i
+			out = append(out, Allocated{Name: name, ShareID: d.ShareID, Request: d.Request})
+		}
+		out[i].EFAs = append(out[i].EFAs, d)
+	}
+	return out
 }
 
 // State is the checkpoint's content.
@@ -278,26 +315,6 @@ func (s *Store) Load(bootID string) (*State, error) {
 	}
 	s.remember(st, bootID, f)
 	return st, nil
-}
-
-// readBounded reads the checkpoint, but no more than MaxSize+1 bytes:
-// enough for decode to tell a file that is too large. The file is
-// returned open, for remember.
-func (s *Store) readBounded() (*os.File, []byte, error) {
-	open := os.Open
-	if s.Open != nil {
-		open = s.Open
-	}
-	f, err := open(s.path)
-	if err != nil {
-		return nil, nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err != nil {
-		_ = f.Close()
-		return nil, nil, err
-	}
-	return f, data, nil
 }
 
 // Save writes st as the checkpoint, replacing the previous one atomically:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 )
 
@@ -112,4 +113,24 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// readBounded reads the checkpoint, but no more than MaxSize+1 bytes:
+// enough for decode to tell a file that is too large. The file is
+// returned open, for remember.
+func (s *Store) readBounded() (*os.File, []byte, error) {
+	open := os.Open
+	if s.Open != nil {
+		open = s.Open
+	}
+	f, err := open(s.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, data, nil
 }

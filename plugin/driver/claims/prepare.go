@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -18,8 +17,8 @@ import (
 	"github.com/efakit/efakit/internal/sysread"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/claimenv"
 	"github.com/efakit/efakit/plugin/driver/inventory"
-	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
 // cdiRequests groups a claim's EFAs by request for its CDI spec: one CDI
@@ -30,21 +29,19 @@ import (
 // name, and a container names requests.
 func cdiRequests(c checkpoint.Claim) map[string]cdi.Request {
 	out := map[string]cdi.Request{}
-	for _, d := range c.Devices {
-		r := baseRequest(d.Request)
+	for _, a := range c.Allocated() {
+		r := claimenv.BaseRequest(a.Request)
 		req := out[r]
-		dev := cdi.Device{Name: d.RDMAName, Uverbs: d.Uverbs, Major: d.Major, Minor: d.Minor}
-		// Two shares of one EFA in one request are one node.
-		if !slices.Contains(req.Devices, dev) {
-			req.Devices = append(req.Devices, dev)
+		ca := cdi.Allocated{Name: cdiName(a)}
+		for _, d := range a.EFAs {
+			dev := cdi.Device{Name: d.RDMAName, Uverbs: d.Uverbs, Major: d.Major, Minor: d.Minor}
+			// Two shares of one EFA in one request are one node.
+			if !slices.Contains(req.Devices, dev) {
+				req.Devices = append(req.Devices, dev)
+			}
+			ca.Devices = append(ca.Devices, dev)
 		}
-		name := allocatedName(d)
-		i := slices.IndexFunc(req.Allocated, func(a cdi.Allocated) bool { return a.Name == name })
-		if i < 0 {
-			i = len(req.Allocated)
-			req.Allocated = append(req.Allocated, cdi.Allocated{Name: name})
-		}
-		req.Allocated[i].Devices = append(req.Allocated[i].Devices, dev)
+		req.Allocated = append(req.Allocated, ca)
 		req.Env = c.Env[r]
 		// A claim prepared by an efakit that gave the kubelet one CDI
 		// device per request keeps it: its containers start with it.
@@ -54,33 +51,21 @@ func cdiRequests(c checkpoint.Claim) map[string]cdi.Request {
 	return out
 }
 
-// allocatedName names the allocated device an EFA of a claim belongs to:
-// its group, or itself; a share's ID after '_'. The kubelet knows each
-// such device once, and reports its health under its CDI device ID.
-func allocatedName(d checkpoint.PreparedDevice) string {
-	name := d.Device
-	if d.Group != "" {
-		name = d.Group
+// cdiName names an allocated device's CDI device within its claim and
+// request: the device (an EFA or a group), a share's ID after '_'. The
+// kubelet reports health under its CDI device ID.
+func cdiName(a checkpoint.Allocated) string {
+	if a.ShareID != "" {
+		return a.Name + "_" + a.ShareID
 	}
-	if d.ShareID != "" {
-		name += "_" + d.ShareID
-	}
-	return name
+	return a.Name
 }
 
-// allocatedID is the fully qualified CDI device ID of the allocated device
-// an EFA of claim uid belongs to.
-func (s *State) allocatedID(uid string, d checkpoint.PreparedDevice) string {
-	return s.files.CDI.ID(cdi.AllocatedName(uid, baseRequest(d.Request), allocatedName(d)))
+// allocatedID is the fully qualified CDI device ID of an allocated device
+// of claim uid.
+func (s *State) allocatedID(uid string, a checkpoint.Allocated) string {
+	return s.files.CDI.ID(cdi.AllocatedName(uid, claimenv.BaseRequest(a.Request), cdiName(a)))
 }
-
-func baseRequest(r string) string {
-	base, _, _ := strings.Cut(r, "/")
-	return base
-}
-
-// devNumber is a character device's number as the checkpoint keeps it.
-func devNumber(major, minor uint32) string { return fmt.Sprintf("%d:%d", major, minor) }
 
 // batch gathers the changes a kubelet call makes to the checkpoint, so
 // that the call saves it once (one fsync), however many claims it holds.
@@ -124,6 +109,38 @@ func (s *State) commit(b *batch) error {
 	}
 	s.setState(s.cur)
 	return nil
+}
+
+// setState makes st the claim state, saved or loaded: the one the
+// readers see (Committed). A batch's own copy is never set here, so they
+// never see a claim before its save. Called with s.mu held, or before
+// the State is shared.
+func (s *State) setState(st *checkpoint.State) {
+	s.cur = st
+	s.committed.Store(st)
+}
+
+// reloadState reads the checkpoint again before a kubelet call if it
+// changed: during a rolling update the other plugin pod (the helper's file
+// lock lets one serve at a time) may have prepared or unprepared claims
+// since this one loaded it. Unchanged since this plugin last read or wrote
+// it (one stat tells), it is not read. On a read error the state in memory
+// stands.
+func (s *State) reloadState(ctx context.Context) {
+	st, err := s.files.Store.Reload(s.files.BootID, s.cur)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Reading the checkpoint again failed", "then", "going on with the state in memory")
+		return
+	}
+	s.setState(st)
+}
+
+func cloneState(s *checkpoint.State) *checkpoint.State {
+	n := &checkpoint.State{Version: s.Version, BootID: s.BootID, Claims: make(map[string]checkpoint.Claim, len(s.Claims)+1)}
+	for k, v := range s.Claims {
+		n.Claims[k] = v
+	}
+	return n
 }
 
 // Prepare prepares each claim, deciding on snap (the inventory the
@@ -173,10 +190,7 @@ func (s *State) Prepare(ctx context.Context, snap *inventory.Snapshot, claims []
 			res = kubeletplugin.PrepareResult{Err: saveErr}
 		}
 		if res.Err != nil {
-			if e := storageError(res.Err); e != res.Err {
-				res.Err = e
-				s.kickStorageCheck()
-			}
+			res.Err = s.storageError(res.Err)
 		}
 		s.deps.Metrics.Observe("prepare", took[i]+saved, res.Err)
 		// One line per claim at the default verbosity: which claim got
@@ -195,47 +209,6 @@ func (s *State) Prepare(ctx context.Context, snap *inventory.Snapshot, claims []
 		out[c.UID] = res
 	}
 	return out
-}
-
-// wanted is one EFA a claim's allocation gives: its request, for a member
-// of an allocated group device the group, and for an EFA shared by
-// capacity the allocation's share and the shares it consumes.
-type wanted struct {
-	Request, Device, Group string
-	ShareID                string
-	Shares                 int64
-}
-
-// allocated lists the EFAs of this node that the claim's allocation holds,
-// group devices expanded into their members, in allocation order.
-func (s *State) allocated(snap *inventory.Snapshot, c *resourceapi.ResourceClaim) ([]wanted, error) {
-	if c.Status.Allocation == nil {
-		return nil, errors.New("not allocated")
-	}
-	var out []wanted
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != s.node.Driver {
-			continue
-		}
-		if r.Pool != s.node.Name {
-			return nil, fmt.Errorf("device %s is in pool %s, this node's pool is %s", r.Device, r.Pool, s.node.Name)
-		}
-		if members, ok := snap.Groups[r.Device]; ok {
-			for _, m := range members {
-				out = append(out, wanted{Request: r.Request, Device: m, Group: r.Device})
-			}
-			continue
-		}
-		w := wanted{Request: r.Request, Device: r.Device}
-		if r.ShareID != nil {
-			w.ShareID = string(*r.ShareID)
-			if q, ok := r.ConsumedCapacity[resources.CapacityShares]; ok {
-				w.Shares = q.Value()
-			}
-		}
-		out = append(out, w)
-	}
-	return out, nil
 }
 
 func (s *State) prepare(ctx context.Context, snap *inventory.Snapshot, b *batch, c *resourceapi.ResourceClaim, call map[string]*resourceapi.ResourceClaim, rd *callReads) (kubeletplugin.PrepareResult, error) {
@@ -265,28 +238,9 @@ func (s *State) prepare(ctx context.Context, snap *inventory.Snapshot, b *batch,
 		if err != nil {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s: %w", w.Device, err)
 		}
-		num := devNumber(cur.Verbs.Major, cur.Verbs.Minor)
-		// The last line of defense against two workloads on one EFA: the
-		// EFA itself, and the character device a container would open
-		// (after a module reload the same number may name another EFA).
-		// Shares of an EFA shared by capacity hold it together; an EFA
-		// held alone, or wanted alone, is never given to two claims.
-		shared := w.ShareID != ""
-		if other, ok := blocking(held["pci:"+inv.PCIAddress], shared, inv.PCIAddress, rd.released); ok {
-			how := ""
-			if shared {
-				how = " alone: it cannot be shared"
-			} else if s.holdsShare(other, inv.PCIAddress) {
-				how = " as a share: a claim that holds it alone must wait until every share is unprepared"
-			}
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is already prepared for claim %s%s", w.Device, s.describeClaim(other, rd), how)
+		if err := s.take(held, uid, w, inv.PCIAddress, cur, rd); err != nil {
+			return kubeletplugin.PrepareResult{}, err
 		}
-		if other, ok := blocking(held["dev:"+num], shared, inv.PCIAddress, rd.released); ok {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("device %s is %s (%s) now, a device number that containers of claim %s were given (the uverbs devices were numbered anew, an efa or ib_uverbs module reload): refused until that claim is unprepared", w.Device, cur.Verbs.Name, num, s.describeClaim(other, rd))
-		}
-		me := holder{uid: uid, shared: shared, pci: inv.PCIAddress}
-		held["pci:"+inv.PCIAddress] = append(held["pci:"+inv.PCIAddress], me)
-		held["dev:"+num] = append(held["dev:"+num], me)
 		if cur.RDMAName != inv.RDMAName || cur.Verbs.Name != inv.Uverbs {
 			s.deps.AskRescan()
 		}
@@ -296,12 +250,17 @@ func (s *State) prepare(ctx context.Context, snap *inventory.Snapshot, b *batch,
 			ShareID: w.ShareID, Shares: w.Shares,
 		})
 	}
-	env, err := s.environment(c, claim, call, rd)
+	ec := s.envCall(call, rd)
+	devices := map[string][]cdi.Device{}
+	for r, req := range cdiRequests(claim) {
+		devices[r] = req.Devices
+	}
+	env, err := ec.Environment(c, devices)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, err
 	}
 	claim.Env = env
-	if classes := s.extendedClasses(c); len(classes) > 0 {
+	if classes := ec.ExtendedClasses(c); len(classes) > 0 {
 		claim.ExtendedClasses = classes
 	}
 	if len(claim.Devices) > 0 {
@@ -341,75 +300,50 @@ func (s *State) prepareAgain(ctx context.Context, snap *inventory.Snapshot, b *b
 	return s.result(snap, claim), nil
 }
 
-func describe(ws []wanted) string {
-	if len(ws) == 0 {
-		return "no EFA of this node"
-	}
-	var s []string
-	for _, w := range ws {
-		d := w.Request + ":" + w.Device
-		if w.ShareID != "" {
-			d += fmt.Sprintf(" (share %s, %d shares)", w.ShareID, w.Shares)
-		}
-		s = append(s, d)
-	}
-	sort.Strings(s)
-	return strings.Join(s, ",")
-}
-
-// reloadState reads the checkpoint again before a kubelet call if it
-// changed: during a rolling update the other plugin pod (the helper's file
-// lock lets one serve at a time) may have prepared or unprepared claims
-// since this one loaded it. Unchanged since this plugin last read or wrote
-// it (one stat tells), it is not read. On a read error the state in memory
-// stands.
-func (s *State) reloadState(ctx context.Context) {
-	st, err := s.files.Store.Reload(s.files.BootID, s.cur)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Reading the checkpoint again failed", "then", "going on with the state in memory")
-		return
-	}
-	s.setState(st)
-}
-
-func cloneState(s *checkpoint.State) *checkpoint.State {
-	n := &checkpoint.State{Version: s.Version, BootID: s.BootID, Claims: make(map[string]checkpoint.Claim, len(s.Claims)+1)}
-	for k, v := range s.Claims {
-		n.Claims[k] = v
-	}
-	return n
-}
-
 // result is the kubelet's answer for a prepared claim: each allocated
-// device with a CDI device of its own (the kubelet reports health per CDI
-// device ID), and its published attributes as device metadata, so a
-// container can read which EFAs it was given.
+// device (a group once, not its members; a shared EFA once per share)
+// with a CDI device of its own (the kubelet reports health per CDI device
+// ID), and its published attributes as device metadata, so a container
+// can read which EFAs it was given.
 func (s *State) result(snap *inventory.Snapshot, c checkpoint.Claim) kubeletplugin.PrepareResult {
 	var devs []kubeletplugin.Device
-	seen := map[string]bool{}
-	for _, d := range c.Devices {
-		// The kubelet knows the allocated devices: a group once, not its
-		// members; a shared EFA once per share.
-		name := d.Device
-		if d.Group != "" {
-			name = d.Group
-		}
-		if seen[name+"/"+d.ShareID] {
-			continue
-		}
-		seen[name+"/"+d.ShareID] = true
+	for _, a := range c.Allocated() {
 		dev := kubeletplugin.Device{
-			Requests: []string{d.Request}, PoolName: s.node.Name, DeviceName: name,
-			CDIDeviceIDs: []string{s.allocatedID(c.UID, d)},
+			Requests: []string{a.Request}, PoolName: s.node.Name, DeviceName: a.Name,
+			CDIDeviceIDs: []string{s.allocatedID(c.UID, a)},
 		}
-		if d.ShareID != "" {
-			share := types.UID(d.ShareID)
+		if a.ShareID != "" {
+			share := types.UID(a.ShareID)
 			dev.ShareID = &share
 		}
-		if inv, ok := snap.Devices[name]; ok {
+		if inv, ok := snap.Devices[a.Name]; ok {
 			dev.Metadata = &kubeletplugin.DeviceMetadata{Attributes: metadataAttributes(inv.Attributes)}
 		}
 		devs = append(devs, dev)
 	}
 	return kubeletplugin.PrepareResult{Devices: devs}
+}
+
+// claimDevices names a prepared claim's EFAs for the log: "published
+// name=RDMA name", a group's members after the group's name.
+func claimDevices(c checkpoint.Claim) []string {
+	out := make([]string, 0, len(c.Devices))
+	for _, d := range c.Devices {
+		n := d.Device + "=" + d.RDMAName
+		if d.Group != "" {
+			n = d.Group + "/" + n
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// metadataAttributes are the attributes a container can read about its EFAs
+// (device metadata): the published ones.
+func metadataAttributes(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[string]resourceapi.DeviceAttribute {
+	out := make(map[string]resourceapi.DeviceAttribute, len(attrs))
+	for k, v := range attrs {
+		out[string(k)] = v
+	}
+	return out
 }

@@ -10,9 +10,7 @@ import (
 
 	"slices"
 
-	"github.com/efakit/efakit/efa"
 	"github.com/efakit/efakit/internal/sysread"
-	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/events"
@@ -93,15 +91,6 @@ func (s *State) reportRenumbered(ctx context.Context, claims []claimRenumbered) 
 			"EFAs of claim %s/%s renumbered (efa or ib_uverbs module reloaded?): %s. Its CDI spec is corrected for containers that start from now on; containers of %s that started before hold the old numbers, which may reach another EFA, until they restart. The old numbers stay held until the claim is unprepared.",
 			c.Namespace, c.Name, strings.Join(moves, "; "), who))
 	}
-}
-
-// readCurrent reads an EFA's RDMA device and uverbs device from sysfs now.
-func readCurrent(r *sysread.Reader, pciAddress string) (efa.Current, error) {
-	a, err := pcie.ParseAddress(pciAddress)
-	if err != nil {
-		return efa.Current{}, err
-	}
-	return efa.ReadCurrent(r, a)
 }
 
 // renumbering is one EFA of a prepared claim found with another RDMA name

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/claimenv"
 )
 
 // LockDataDir takes the helper's lock, so that restoring never runs
@@ -139,7 +140,7 @@ func (s *State) restoreClaims(ctx context.Context, cleanup bool) ([]error, map[s
 // helper's metadata file for it in the data directory.
 func (s *State) metadataRequests(c checkpoint.Claim) (reqs, hosts []string) {
 	for _, d := range c.Devices {
-		if r := baseRequest(d.Request); !slices.Contains(reqs, r) {
+		if r := claimenv.BaseRequest(d.Request); !slices.Contains(reqs, r) {
 			reqs = append(reqs, r)
 			hosts = append(hosts, metadataFile(s.files.DataDir, c.Namespace, c.Name, r))
 		}

@@ -157,21 +157,3 @@ func (s *State) Prepared() []string {
 	sort.Strings(out)
 	return out
 }
-
-// setState makes st the claim state, saved or loaded: the one the
-// readers see (Committed). A batch's own copy is never set here, so they
-// never see a claim before its save. Called with s.mu held, or before
-// the State is shared.
-func (s *State) setState(st *checkpoint.State) {
-	s.cur = st
-	s.committed.Store(st)
-}
-
-// kickStorageCheck asks WatchFiles to check the directories now (a write
-// failed); it never blocks.
-func (s *State) kickStorageCheck() {
-	select {
-	case s.checkFiles <- struct{}{}:
-	default:
-	}
-}

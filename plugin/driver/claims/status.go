@@ -27,38 +27,28 @@ import (
 // record and the scan of snap.
 func (s *State) statusOf(c checkpoint.Claim, snap *inventory.Snapshot) claimstatus.Claim {
 	out := claimstatus.Claim{Namespace: c.Namespace, Name: c.Name, UID: types.UID(c.UID)}
-	index := map[string]int{} // allocated device/share -> its entry
-	for _, d := range c.Devices {
-		name := d.Device
-		if d.Group != "" {
-			name = d.Group
+	for _, a := range c.Allocated() {
+		cdiID := s.allocatedID(c.UID, a)
+		conds := []claimstatus.Condition{
+			{Type: claimstatus.TypeReady, Status: metav1.ConditionTrue, Reason: "Prepared", Message: "CDI device " + cdiID + " written"},
+			healthCondition(snap, a.Name),
 		}
-		k := name + "/" + d.ShareID
-		i, ok := index[k]
-		if !ok {
-			i = len(out.Devices)
-			index[k] = i
-			cdiID := s.allocatedID(c.UID, d)
-			conds := []claimstatus.Condition{
-				{Type: claimstatus.TypeReady, Status: metav1.ConditionTrue, Reason: "Prepared", Message: "CDI device " + cdiID + " written"},
-				healthCondition(snap, name),
+		if s.deps.Traffic != nil {
+			if tc, ok := s.deps.Traffic.Condition(c.UID, a.Name, a.ShareID, time.Now()); ok {
+				conds = append(conds, tc)
 			}
-			if s.deps.Traffic != nil {
-				if tc, ok := s.deps.Traffic.Condition(c.UID, name, d.ShareID, time.Now()); ok {
-					conds = append(conds, tc)
-				}
+		}
+		data := &claimstatus.EFAData{Request: a.Request, CDIDevice: cdiID}
+		for _, d := range a.EFAs {
+			efaData := efaData(snap, d)
+			if d.Group != "" {
+				data.Members = append(data.Members, efaData)
+				continue
 			}
-			out.Devices = append(out.Devices, claimstatus.Device{Device: name, ShareID: d.ShareID, Conditions: conds,
-				Data: &claimstatus.EFAData{Request: d.Request, CDIDevice: cdiID}})
+			efaData.Request, efaData.CDIDevice, efaData.Shares = data.Request, data.CDIDevice, d.Shares
+			*data = efaData
 		}
-		data := out.Devices[i].Data.(*claimstatus.EFAData)
-		efaData := efaData(snap, d)
-		if d.Group != "" {
-			data.Members = append(data.Members, efaData)
-			continue
-		}
-		efaData.Request, efaData.CDIDevice, efaData.Shares = data.Request, data.CDIDevice, d.Shares
-		*data = efaData
+		out.Devices = append(out.Devices, claimstatus.Device{Device: a.Name, ShareID: a.ShareID, Conditions: conds, Data: data})
 	}
 	return out
 }

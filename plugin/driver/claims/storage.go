@@ -96,13 +96,21 @@ func (s *State) StorageProblem() string {
 
 // storageError says, for an error of a write, what the user can do: a
 // read-only or full file system fails every prepare on the node until it
-// is fixed.
-func storageError(err error) error {
+// is fixed. It asks for a check of the directories then (WatchFiles), and
+// never blocks.
+func (s *State) storageError(err error) error {
+	var hint string
 	switch {
 	case errors.Is(err, syscall.EROFS):
-		return fmt.Errorf("%w (the directory is read-only: make it writable; the kubelet retries the prepare)", err)
+		hint = "the directory is read-only: make it writable; the kubelet retries the prepare"
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("%w (the file system is full: free space; the kubelet retries the prepare)", err)
+		hint = "the file system is full: free space; the kubelet retries the prepare"
+	default:
+		return err
 	}
-	return err
+	select {
+	case s.checkFiles <- struct{}{}:
+	default:
+	}
+	return fmt.Errorf("%w (%s)", err, hint)
 }

@@ -6,14 +6,12 @@ import (
 	"os"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/efakit/efakit/internal/atomicfile"
 	"github.com/efakit/efakit/plugin/cdi"
-	"github.com/efakit/efakit/plugin/driver/checkpoint"
 )
 
 // Unprepare forgets each claim and removes its CDI spec. A
@@ -65,20 +63,6 @@ func (s *State) Unprepare(ctx context.Context, claims []kubeletplugin.Namespaced
 	return out
 }
 
-// claimDevices names a prepared claim's EFAs for the log: "published
-// name=RDMA name", a group's members after the group's name.
-func claimDevices(c checkpoint.Claim) []string {
-	out := make([]string, 0, len(c.Devices))
-	for _, d := range c.Devices {
-		n := d.Device + "=" + d.RDMAName
-		if d.Group != "" {
-			n = d.Group + "/" + n
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
 // forget takes a claim out of the call's state; its spec is removed once
 // the state is saved.
 func (s *State) forget(b *batch, uid string) error {
@@ -105,14 +89,4 @@ func MetadataFileOps(sync func(*os.File) error) kubeletplugin.MetadataFileOperat
 	return kubeletplugin.MetadataFileOperations{WriteFile: func(name string, data []byte, perm os.FileMode) error {
 		return atomicfile.Write(name, data, atomicfile.Options{Perm: perm, Durability: atomicfile.SyncNone, Sync: sync})
 	}}
-}
-
-// metadataAttributes are the attributes a container can read about its EFAs
-// (device metadata): the published ones.
-func metadataAttributes(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[string]resourceapi.DeviceAttribute {
-	out := make(map[string]resourceapi.DeviceAttribute, len(attrs))
-	for k, v := range attrs {
-		out[string(k)] = v
-	}
-	return out
 }
