@@ -150,6 +150,9 @@ func TestWriteDirMakesItsDirectory(t *testing.T) {
 
 	// Parents are made; modes are applied last, deepest first.
 	dir := filepath.Join(top, "new", "sys")
+	// A user other than root cannot remove files from the read-only
+	// directory: t.TempDir's removal needs it writable again.
+	t.Cleanup(func() { _ = os.Chmod(filepath.Join(dir, "ro"), 0o755) })
 	require.NoError(t, sysfs.WriteDir(dir, []sysfs.Entry{
 		{Path: "ro", Kind: sysfs.KindDir, Mode: 0o555},
 		{Path: "ro/remove", Kind: sysfs.KindFile, Mode: 0o200},
