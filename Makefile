@@ -30,14 +30,15 @@ test: e2e-deps bin/testtimes
 
 ## lint: gofmt, go vet and staticcheck (pinned in tools/staticcheck/go.mod,
 ## built through the module proxy) on every module of the repository
-## (test/karpenter's with go1.27.3, the Go that module needs).
+## (test/karpenter's with go1.27.3, the Go that module needs; make e2e
+## vets test/e2e).
 STATICCHECK := bin/staticcheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	for m in $(MODULES) bench; do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(MODULES) bench bench/cluster; do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
-	for m in $(MODULES) bench tools/image test/e2e; do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+	for m in $(MODULES) bench bench/cluster tools/image test/e2e; do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
 	cd test/e2e && $(CURDIR)/$(STATICCHECK) -tags rdmaguest ./rdmakernel
 	GOTOOLCHAIN=go1.27.3 $(GO) build -C tools/staticcheck -o $(CURDIR)/$(STATICCHECK)-go1.27 honnef.co/go/tools/cmd/staticcheck
 	cd test/karpenter && GOTOOLCHAIN=go1.27.3 $(CURDIR)/$(STATICCHECK)-go1.27 ./...
@@ -95,11 +96,15 @@ e2e-deps:
 ## in every group mode, the chart applies, and its admission policy refuses
 ## another node's slices; on a real node (kubelet, containerd, runc, in a
 ## mount namespace of its own) the chart's DaemonSet and the plugin run the
-## users' claims into containers that print what they got. It ends with
-## the tests and subtests that took SLOWTEST (30 s) or more, slowest first.
+## users' claims into containers that print what they got. Then, after
+## those, the smokes of the measurement harnesses in bench/cluster
+## (TestScaleSmoke, TestPluginFleetSmoke) and the plugin's memory budget
+## (TestPluginMemory). It ends with the tests and subtests that took
+## SLOWTEST (30 s) or more, slowest first.
 e2e: e2e-deps bin/testtimes
-	cd test/e2e && $(GO) vet ./... && $(GO) vet -tags rdmaguest ./rdmakernel && \
-	  bash -o pipefail -c '$(GO) test -count=1 -timeout 60m -json ./... | $(CURDIR)/bin/testtimes -over $(SLOWTEST)'
+	cd test/e2e && $(GO) vet ./... && $(GO) vet -tags rdmaguest ./rdmakernel
+	cd bench/cluster && $(GO) vet ./...
+	bash -o pipefail -c '{ rc=0; for m in test/e2e bench/cluster; do (cd $$m && $(GO) test -count=1 -timeout 60m -json ./...) || rc=1; done; exit $$rc; } | bin/testtimes -over $(SLOWTEST)'
 
 ## bin/testtimes: what make unit and make e2e pipe go test -json through.
 bin/testtimes: internal/testtimes/main.go
@@ -122,9 +127,10 @@ rdma-kernel: e2e-deps
 e2e-build: e2e-deps
 	cd test/e2e && $(GO) test -count=1 -timeout 60m -run '^TestBinaries$$' .
 
-## burst: pod start through the real node, as make e2e runs it
-## (TestRealNodePodStart) with more rounds (BURSTROUNDS, 6) and the
-## plugin at client-go's default API client rate beside the chart's
+## burst: pod start through the real node (bench/cluster's
+## TestRealNodePodStart: make e2e's TestRealNodeBursts, measured) in
+## rounds (BURSTROUNDS, 6), with the plugin at client-go's default API
+## client rate beside the chart's
 ## (BURSTRATES, QPS/burst pairs), with and without claim status writes
 ## (BURSTSTATUS=on,off): bursts of pods created at once on p5
 ## and trn2 and one pod after another, each beside the same pods without
@@ -135,9 +141,9 @@ BURSTRATES ?= 5/10,50/100
 BURSTSTATUS ?= on
 .PHONY: burst
 burst: e2e-deps
-	cd test/e2e && EFAKIT_BURST_ROUNDS=$(BURSTROUNDS) EFAKIT_BURST_RATES=$(BURSTRATES) EFAKIT_BURST_CLAIM_STATUS=$(BURSTSTATUS) $(GO) test -count=1 -timeout 90m -run '^TestRealNodePodStart$$' -v .
+	cd bench/cluster && EFAKIT_BURST_ROUNDS=$(BURSTROUNDS) EFAKIT_BURST_RATES=$(BURSTRATES) EFAKIT_BURST_CLAIM_STATUS=$(BURSTSTATUS) $(GO) test -count=1 -timeout 90m -run '^TestRealNodePodStart$$' -v .
 
-## scale: the fleet harness (test/e2e/scale_test.go): the real
+## scale: the fleet harness (bench/cluster/scale_test.go): the real
 ## kube-apiserver, kube-scheduler and kube-controller-manager with
 ## SCALENODES plain Node objects (a SCALEMIX of instance types), each shape
 ## of SCALESHAPES on a control plane of its own, SCALEROUNDS rounds
@@ -161,13 +167,13 @@ SCALERATE ?=
 .PHONY: scale
 scale: e2e-deps
 	@mkdir -p bin
-	cd test/e2e && EFAKIT_SCALE_NODES=$(SCALENODES) EFAKIT_SCALE_ROUNDS=$(SCALEROUNDS) EFAKIT_SCALE_PODS=$(SCALEPODS) \
+	cd bench/cluster && EFAKIT_SCALE_NODES=$(SCALENODES) EFAKIT_SCALE_ROUNDS=$(SCALEROUNDS) EFAKIT_SCALE_PODS=$(SCALEPODS) \
 	  EFAKIT_SCALE_MIX=$(SCALEMIX) EFAKIT_SCALE_SHAPES=$(SCALESHAPES) EFAKIT_SCALE_CHURN=$(SCALECHURN) \
 	  EFAKIT_SCALE_NODES_TO_SCORE=$(SCALESCORE) EFAKIT_SCALE_SCHEDULER_RATE=$(SCALERATE) \
 	  EFAKIT_SCALE_PPROF=$(if $(SCALEPPROF),$(abspath $(SCALEPPROF))) EFAKIT_SCALE_OUT=$(CURDIR)/bin/scale.jsonl \
 	  $(GO) test -count=1 -timeout 900m -run '^TestScale$$' -v .
 
-## plugin-fleet: the plugin's own API cost (test/e2e/plugin_fleet_test.go):
+## plugin-fleet: the plugin's own API cost (bench/cluster/plugin_fleet_test.go):
 ## PLUGINS real efakit-plugin processes on the p5 fixture, each with a node
 ## name of its own, against one kube-apiserver whose audit log counts their
 ## requests: all start at once, PLUGINSTEADY of steady state, every slice
@@ -178,7 +184,7 @@ PLUGINSTEADY ?= 3m
 PLUGINBIN ?=
 .PHONY: plugin-fleet
 plugin-fleet: e2e-deps
-	cd test/e2e && EFAKIT_PLUGIN_FLEET=$(PLUGINS) EFAKIT_PLUGIN_FLEET_STEADY=$(PLUGINSTEADY) \
+	cd bench/cluster && EFAKIT_PLUGIN_FLEET=$(PLUGINS) EFAKIT_PLUGIN_FLEET_STEADY=$(PLUGINSTEADY) \
 	  EFAKIT_PLUGIN_FLEET_BIN=$(if $(PLUGINBIN),$(abspath $(PLUGINBIN))) \
 	  $(GO) test -count=1 -timeout 60m -run '^TestPluginFleet$$' -v .
 

@@ -14,30 +14,7 @@ import (
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
-
-// BenchmarkResources builds the p5's published devices and slices from its
-// topology (what a rescan costs once sysfs is read).
-func BenchmarkResources(b *testing.B) {
-	root, err := sysfs.OpenCapture("../../testdata/sysfs/p5.48xlarge.sysfs")
-	if err != nil {
-		b.Fatal(err)
-	}
-	topo, err := topology.Scan(root)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := resources.Config{NodeName: "node-1"}
-	b.ReportAllocs()
-	for b.Loop() {
-		res, err := resources.Build(topo, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = resources.Slices(res, cfg)
-	}
-}
 
 // BenchmarkPrepare4 prepares and unprepares one 4-EFA claim on the p5: the
 // CDI spec written, validated and renamed into place, and the checkpoint

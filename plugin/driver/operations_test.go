@@ -2,7 +2,6 @@ package driver_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,23 +9,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
-	"github.com/efakit/efakit/plugin/driver/owners"
-	"github.com/efakit/efakit/plugin/driver/publishing"
 	"github.com/efakit/efakit/plugin/driver/resources"
-	"github.com/efakit/efakit/rdmans"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
 )
@@ -175,11 +167,10 @@ func TestLogPrepareUnprepare(t *testing.T) {
 	assert.IsType(t, time.Duration(0), m["duration"])
 }
 
-// TestLogPublishSaysWhat: every publish says what changed (devices tainted,
-// untainted, removed, added), and one caused by a scan with errors names
-// them; nothing else is logged at each scan, and a health change is
-// logged once.
-func TestLogPublishSaysWhat(t *testing.T) {
+// TestLogHealthChangesOnce: a health change is logged once, naming why
+// and the RDMA device, and not again at a scan that changes nothing
+// (driver/publishing's TestLogPublishSaysWhat tests the publishes' lines).
+func TestLogHealthChangesOnce(t *testing.T) {
 	t.Parallel()
 	full := edit(t, func(*sysfs.Entry) bool { return true })
 	s := &swapFS{}
@@ -196,8 +187,8 @@ func TestLogPublishSaysWhat(t *testing.T) {
 	scan(portDown(t, "50")) // nothing changed: no line
 	scan(full)
 	scan(edit(t, func(e *sysfs.Entry) bool { return !strings.Contains(e.Path, "0000:4f:00.0") }))
-	// A damaged file: the EFA at 51:00.0 is left out, and the scan's
-	// error is named by the publish it causes.
+	// A damaged file: the EFA at 51:00.0 is left out of the publish,
+	// which is no health change.
 	scan(edit(t, func(e *sysfs.Entry) bool {
 		if strings.HasSuffix(e.Path, "0000:51:00.0/infiniband/rdmap81s0/ports/1/rate") {
 			e.Data = []byte("fast\n")
@@ -205,109 +196,10 @@ func TestLogPublishSaysWhat(t *testing.T) {
 		return true
 	}))
 
-	var got []map[string]any
-	for _, e := range entries(logged(), "Published") {
-		got = append(got, kv(e))
-	}
-	require.Len(t, got, 5)
-	assert.Equal(t, map[string]any{"devices": 32, "first": true}, got[0])
-	assert.Equal(t, map[string]any{"devices": 32, "tainted": []string{"efa-0000-50-00-0=port-not-active"}}, got[1])
-	assert.Equal(t, map[string]any{"devices": 32, "untainted": []string{"efa-0000-50-00-0"}}, got[2])
-	assert.Equal(t, map[string]any{"devices": 31, "removed": []string{"efa-0000-4f-00-0"}}, got[3])
-	assert.Equal(t, []string{"efa-0000-4f-00-0"}, got[4]["added"])
-	assert.Contains(t, got[4]["scanErrors"], "0000:51:00.0")
 	unhealthy := entries(logged(), "EFA unhealthy")
 	require.Len(t, unhealthy, 2, "port DOWN once, then gone from sysfs")
 	assert.Equal(t, "port DOWN", kv(unhealthy[0])["why"])
 	assert.Equal(t, "rdmap80s0", kv(unhealthy[0])["rdmaDevice"])
 	assert.Equal(t, "device gone from sysfs", kv(unhealthy[1])["why"])
 	assert.Len(t, entries(logged(), "EFA healthy again"), 2)
-}
-
-// TestLogNetnsUnknownOnce: an RDMA namespace mode the kernel cannot tell
-// is logged once, not at every scan, and again only when it changes.
-func TestLogNetnsUnknownOnce(t *testing.T) {
-	t.Parallel()
-	ctx, logged := testLogger(t)
-	live := &switchLive{err: errors.New("netlink: protocol not supported")}
-	check := owners.Netns(live)
-	for range 5 {
-		v, err := check(ctx)
-		require.NoError(t, err)
-		assert.Empty(t, v.Reason)
-	}
-	live.err = nil
-	_, _ = check(ctx)
-	live.err = errors.New("netlink: permission denied")
-	_, _ = check(ctx)
-	_, _ = check(ctx)
-	var msgs []string
-	for _, e := range logged() {
-		msgs = append(msgs, e.Message)
-	}
-	assert.Equal(t, []string{"RDMA namespace mode unknown; taking the kernel's default", "RDMA namespace mode known again",
-		"RDMA namespace mode unknown; taking the kernel's default"}, msgs)
-}
-
-type switchLive struct{ err error }
-
-func (s *switchLive) RDMANetnsMode() (rdmans.Mode, error) { return rdmans.Shared, s.err }
-
-// TestSliceRepair: a slice of the node deleted by someone else (a
-// restarting kubelet deletes them all) or changed by someone else is
-// published again within seconds, not after the controller's default 30 s
-// sync delay, and the log says so once per repair.
-func TestSliceRepair(t *testing.T) {
-	t.Parallel()
-	ctx, logged := testLogger(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
-	pub := &publishing.Slices{Ctx: ctx, Client: client, DriverName: "dra.net", NodeName: node}
-	defer pub.Stop()
-	go pub.Watch(ctx, func() {})()
-	topoRes := publishedP5(t)
-	require.NoError(t, pub.PublishResources(ctx, topoRes))
-	slices := func() []resourceapi.ResourceSlice {
-		l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		require.NoError(t, err)
-		return l.Items
-	}
-	require.Eventually(t, func() bool { return len(slices()) == 1 }, 10*time.Second, 10*time.Millisecond)
-
-	// Deleted, as the kubelet does when it starts.
-	start := time.Now()
-	require.NoError(t, client.ResourceV1().ResourceSlices().Delete(ctx, slices()[0].Name, metav1.DeleteOptions{}))
-	require.Eventually(t, func() bool { l := slices(); return len(l) == 1 && len(l[0].Spec.Devices) == 32 }, 5*time.Second, 10*time.Millisecond,
-		"republished within 5 s")
-	t.Logf("deleted slice republished after %v", time.Since(start))
-	require.Eventually(t, func() bool { return len(entries(logged(), repairMsg)) == 1 }, 5*time.Second, 10*time.Millisecond)
-	assert.Len(t, kv(entries(logged(), repairMsg)[0])["deleted"], 1)
-
-	// Changed: a device taken out of the slice.
-	sl := slices()[0]
-	sl.Spec.Devices = sl.Spec.Devices[1:]
-	start = time.Now()
-	_, err := client.ResourceV1().ResourceSlices().Update(ctx, &sl, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { l := slices(); return len(l) == 1 && len(l[0].Spec.Devices) == 32 }, 5*time.Second, 10*time.Millisecond,
-		"repaired within 5 s")
-	t.Logf("changed slice repaired after %v", time.Since(start))
-	require.Eventually(t, func() bool { return len(entries(logged(), repairMsg)) == 2 }, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, []string{sl.Name}, kv(entries(logged(), repairMsg)[1])["changed"])
-	time.Sleep(200 * time.Millisecond)
-	assert.Len(t, entries(logged(), repairMsg), 2, "once per repair")
-}
-
-const repairMsg = "Published again the ResourceSlices someone else deleted or changed"
-
-// publishedP5 is what the plugin publishes for the p5 fixture.
-func publishedP5(t *testing.T) resourceslice.DriverResources {
-	t.Helper()
-	p := newTestPlugin(t, edit(t, func(*sysfs.Entry) bool { return true }))
-	rec := &recorder{}
-	p.SetPublisher(rec)
-	_, err := p.Rescan(context.Background())
-	require.NoError(t, err)
-	return rec.calls[0]
 }

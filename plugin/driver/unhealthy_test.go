@@ -2,7 +2,6 @@ package driver_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
@@ -21,7 +18,6 @@ import (
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
-	"github.com/efakit/efakit/topology"
 )
 
 // portDown is the p5 fixture with the EFA at bus:00.0's port DOWN.
@@ -157,41 +153,11 @@ func sliceCount(n *kubeletNode) int {
 	return len(l.Items)
 }
 
-// TestStandAsideKeepsDecision: a check that cannot read the Node (it is
-// gone from the watch) never clears the stand-aside beside AWS's EFA
-// device plugin; without any decision yet, the plugin stands aside until
-// it can tell.
-func TestStandAsideKeepsDecision(t *testing.T) {
-	c := claim("c", "f0000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
-	n := newNode(t, p5, c)
-	n.setEFACapacity("32")
-	n.start()
-	defer n.stop()
-	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "vpc.amazonaws.com/efa")
-
-	// The Node is deleted: the check cannot tell, and the decision stands.
-	ctx := context.Background()
-	nodeObj, err := n.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	require.NoError(t, err)
-	require.NoError(t, n.client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}))
-	n.rescan <- struct{}{}
-	n.rescan <- struct{}{} // the first rescan has run when the second is taken
-	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "vpc.amazonaws.com/efa", "still standing aside")
-	assert.Equal(t, 0, sliceCount(n))
-
-	// The Node is back, without the device plugin: publishing, with no
-	// rescan asked for (the watch's new Node makes the check run again; a
-	// rescan asked for here could run before the watch has the Node).
-	nodeObj.ResourceVersion = ""
-	nodeObj.Status.Capacity = nil
-	_, err = n.client.CoreV1().Nodes().Create(ctx, nodeObj, metav1.CreateOptions{})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return sliceCount(n) == 1 }, 10*time.Second, 20*time.Millisecond, "published once the Node is back")
-}
-
 // TestStandAsideFollowsNode: the owner checks read the Node from a watch,
 // so the device plugin leaving the node makes the plugin publish without
 // waiting for its periodic rescan, and coming back withdraws the slices.
+// The adapter's wiring (run.go: the watch's change asks for a scan); the
+// owner check itself is driver/owners' to test.
 func TestStandAsideFollowsNode(t *testing.T) {
 	c := claim("c", "f0000000-0000-0000-0000-000000000006", "efa-0000-4f-00-0")
 	n := newNode(t, p5, c)
@@ -205,65 +171,13 @@ func TestStandAsideFollowsNode(t *testing.T) {
 	require.Eventually(t, func() bool { return sliceCount(n) == 0 }, 10*time.Second, 20*time.Millisecond, "withdrawn with no rescan asked for")
 }
 
-// TestStandAsideBeforeAnyAnswer: an API server that never answered leaves
-// the plugin aside: nothing published, nothing prepared.
-func TestStandAsideBeforeAnyAnswer(t *testing.T) {
-	c := claim("c", "f0000000-0000-0000-0000-000000000002", "efa-0000-4f-00-0")
-	n := newNode(t, p5, c)
-	n.client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("connection refused")
-	})
-	n.start()
-	defer n.stop()
-	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "cannot tell yet whether another owner has this node's EFAs")
-	assert.Equal(t, 0, sliceCount(n))
-}
-
-// TestStandAsideForAnotherDRANet: ResourceSlices of dra.net on the node
-// that efakit did not write (AWS's DRA driver) make the plugin publish
-// nothing and prepare nothing, and their slices stay untouched; so does
-// an EKS Auto Mode node.
-func TestStandAsideForAnotherDRANet(t *testing.T) {
-	t.Run("a foreign slice", func(t *testing.T) {
-		c := claim("c", "f0000000-0000-0000-0000-000000000003", "efa-0000-4f-00-0")
-		n := newNode(t, p5, c)
-		nodeName := node
-		rdma := "rdmap79s0"
-		foreign := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "dranet-node-1"}, Spec: resourceapi.ResourceSliceSpec{
-			Driver: "dra.net", NodeName: &nodeName, Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "rdmap79s0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"rdmaDevice": {StringValue: &rdma}}}},
-		}}
-		_, err := n.client.ResourceV1().ResourceSlices().Create(context.Background(), foreign, metav1.CreateOptions{})
-		require.NoError(t, err)
-		n.start()
-		defer n.stop()
-		r := n.prepare(c)[string(c.UID)]
-		assert.Contains(t, r.Error, "another dra.net driver publishes on node node-1 (ResourceSlice dranet-node-1 (pool node-1, device rdmap79s0))")
-		time.Sleep(300 * time.Millisecond)
-		l, err := n.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
-		require.NoError(t, err)
-		require.Len(t, l.Items, 1)
-		assert.Equal(t, "dranet-node-1", l.Items[0].Name, "the other driver's slice stays, and none of efakit's is added")
-	})
-	t.Run("EKS Auto Mode", func(t *testing.T) {
-		c := claim("c", "f0000000-0000-0000-0000-000000000004", "efa-0000-4f-00-0")
-		n := newNode(t, p5, c)
-		nodeObj, err := n.client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		require.NoError(t, err)
-		nodeObj.Labels = map[string]string{"eks.amazonaws.com/compute-type": "auto"}
-		_, err = n.client.CoreV1().Nodes().Update(context.Background(), nodeObj, metav1.UpdateOptions{})
-		require.NoError(t, err)
-		n.start()
-		defer n.stop()
-		assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "EKS Auto Mode node")
-		assert.Equal(t, 0, sliceCount(n))
-	})
-}
-
-// TestWithdrawKeepsForeignSlices: when another dra.net publisher appears
+// TestStandAsideFollowsSlices: when another dra.net publisher appears
 // after the plugin published, the plugin stands aside at once, deleting
-// its own slices and nobody else's.
-func TestWithdrawKeepsForeignSlices(t *testing.T) {
+// its own slices and nobody else's. The adapter's wiring (run.go: the
+// slice watch's foreign slice asks for a scan, whose owner check stands
+// aside); driver/publishing's TestWithdrawKeepsForeignSlices tests the
+// watch and the withdrawal themselves.
+func TestStandAsideFollowsSlices(t *testing.T) {
 	c := claim("c", "f0000000-0000-0000-0000-000000000005", "efa-0000-4f-00-0")
 	n := newNode(t, p5, c)
 	n.start()
@@ -283,23 +197,4 @@ func TestWithdrawKeepsForeignSlices(t *testing.T) {
 		return err == nil && len(l.Items) == 1 && l.Items[0].Name == "other"
 	}, 5*time.Second, 20*time.Millisecond, "efakit's slice withdrawn, the other kept")
 	assert.Contains(t, n.prepare(c)[string(c.UID)].Error, "another dra.net driver")
-}
-
-// TestPublishedResourcesTaint: efakit slices prints what the plugin
-// publishes, the unhealthy EFA's taint included.
-func TestPublishedResourcesTaint(t *testing.T) {
-	t.Parallel()
-	topo, err := topology.Scan(portDown(t, "50"))
-	require.NoError(t, err)
-	res, err := resources.Published(topo, resources.Config{NodeName: node})
-	require.NoError(t, err)
-	tainted := map[string]string{}
-	for _, s := range res.Slices {
-		for _, d := range s.Devices {
-			for _, tn := range d.Taints {
-				tainted[d.Name] = tn.Key + "=" + tn.Value + ":" + string(tn.Effect)
-			}
-		}
-	}
-	assert.Equal(t, map[string]string{"efa-0000-50-00-0": "dra.net/unhealthy=port-not-active:NoSchedule"}, tainted)
 }

@@ -3,52 +3,21 @@ package e2e
 import (
 	"cmp"
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	metaapply "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-)
 
-// apply creates rendered chart objects through the dynamic client.
-func apply(t *testing.T, cfg *rest.Config, objs []runtime.Object) {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	groups, err := restmapper.GetAPIGroupResources(cs.Discovery())
-	require.NoError(t, err)
-	mapper := restmapper.NewDiscoveryRESTMapper(groups)
-	dyn, err := dynamic.NewForConfig(cfg)
-	require.NoError(t, err)
-	for _, o := range objs {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-		require.NoError(t, err)
-		u := &unstructured.Unstructured{Object: m}
-		gvk := o.GetObjectKind().GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		require.NoError(t, err, gvk.String())
-		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-		if ns := u.GetNamespace(); ns != "" {
-			ri = dyn.Resource(mapping.Resource).Namespace(ns)
-		}
-		_, err = ri.Create(context.Background(), u, metav1.CreateOptions{})
-		require.NoError(t, err, "%s %s: the API server refused it", gvk.Kind, u.GetName())
-	}
-}
+	"github.com/efakit/efakit/test/e2e/harness"
+)
 
 // TestChartAppliesAndPolicyHolds applies every object the chart renders to
 // the real API server, then acts as the plugin of node-a with its pod-bound
@@ -59,17 +28,17 @@ func apply(t *testing.T, cfg *rest.Config, objs []runtime.Object) {
 // create, update, take over (a changed node name or driver), delete, nor
 // delete as an item of a deletecollection.
 func TestChartAppliesAndPolicyHolds(t *testing.T) {
-	c := apiServer(t)
+	c := harness.APIServer(t)
 	ctx := context.Background()
-	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	apply(t, c.config, render(t))
+	harness.Apply(t, c.Config, harness.Render(t))
 
 	for _, n := range []string{"node-a", "node-b"} {
-		_, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		_, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	asPlugin, pod := pluginIdentity(t, c, "efakit", "node-a")
+	asPlugin, pod := harness.PluginIdentity(t, c, "efakit", "node-a")
 	pc, err := kubernetes.NewForConfig(asPlugin)
 	require.NoError(t, err)
 	// The plugin's owner checks watch its Node (list and watch by name).
@@ -77,12 +46,12 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 	if assert.NoError(t, err, "the plugin's token lists its Node") {
 		assert.Len(t, nl.Items, 1)
 	}
-	plugin, admin := pc.ResourceV1().ResourceSlices(), c.client.ResourceV1().ResourceSlices()
+	plugin, admin := pc.ResourceV1().ResourceSlices(), c.Client.ResourceV1().ResourceSlices()
 
 	// Least privilege: the plugin's token reads no Pod, not another
 	// node's, not its own node's, not even its own pod (the kubelet's
 	// PodResources API tells it which containers use which claims).
-	other, err := c.client.CoreV1().Pods("efakit").Create(ctx, &corev1.Pod{
+	other, err := c.Client.CoreV1().Pods("efakit").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "workload-b"},
 		Spec: corev1.PodSpec{NodeName: "node-b", ServiceAccountName: "efakit-plugin", Containers: []corev1.Container{{Name: "train", Image: "train",
 			Env: []corev1.EnvVar{{Name: "WANDB_API_KEY", Value: "inline-secret"}}}}},
@@ -267,17 +236,17 @@ func TestChartAppliesAndPolicyHolds(t *testing.T) {
 // the resourceclaims/driver subresource (Kubernetes 1.36 and later) let
 // the plugin's token on node-a apply its driver's entries of claims
 // allocated on node-a, and nothing else of a claim's status.
-func checkClaimStatusRBAC(t *testing.T, c *controlPlane, pc kubernetes.Interface) {
+func checkClaimStatusRBAC(t *testing.T, c *harness.ControlPlane, pc kubernetes.Interface) {
 	ctx := context.Background()
 	claimOn := func(name, node string) *resourceapi.ResourceClaim {
 		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "efakit", Name: name},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
 				{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws"}},
 				{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}}}}}}
-		cl, err := c.client.ResourceV1().ResourceClaims("efakit").Create(ctx, cl, metav1.CreateOptions{})
+		cl, err := c.Client.ResourceV1().ResourceClaims("efakit").Create(ctx, cl, metav1.CreateOptions{})
 		require.NoError(t, err)
 		cl.Finalizers = []string{resourceapi.Finalizer}
-		cl, err = c.client.ResourceV1().ResourceClaims("efakit").Update(ctx, cl, metav1.UpdateOptions{})
+		cl, err = c.Client.ResourceV1().ResourceClaims("efakit").Update(ctx, cl, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		cl.Status.Allocation = &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
@@ -286,16 +255,16 @@ func checkClaimStatusRBAC(t *testing.T, c *controlPlane, pc kubernetes.Interface
 			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
 				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}},
 		}
-		cl, err = c.client.ResourceV1().ResourceClaims("efakit").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+		cl, err = c.Client.ResourceV1().ResourceClaims("efakit").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() {
-			cl, err := c.client.ResourceV1().ResourceClaims("efakit").Get(ctx, name, metav1.GetOptions{})
+			cl, err := c.Client.ResourceV1().ResourceClaims("efakit").Get(ctx, name, metav1.GetOptions{})
 			if err == nil {
 				cl.Status = resourceapi.ResourceClaimStatus{}
-				cl, _ = c.client.ResourceV1().ResourceClaims("efakit").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+				cl, _ = c.Client.ResourceV1().ResourceClaims("efakit").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
 				cl.Finalizers = nil
-				_, _ = c.client.ResourceV1().ResourceClaims("efakit").Update(ctx, cl, metav1.UpdateOptions{})
-				_ = c.client.ResourceV1().ResourceClaims("efakit").Delete(ctx, name, metav1.DeleteOptions{})
+				_, _ = c.Client.ResourceV1().ResourceClaims("efakit").Update(ctx, cl, metav1.UpdateOptions{})
+				_ = c.Client.ResourceV1().ResourceClaims("efakit").Delete(ctx, name, metav1.DeleteOptions{})
 			}
 		})
 		return cl
@@ -314,7 +283,7 @@ func checkClaimStatusRBAC(t *testing.T, c *controlPlane, pc kubernetes.Interface
 	own, other := claimOn("on-node-a", "node-a"), claimOn("on-node-b", "node-b")
 	require.NoError(t, apply(own, resourceapply.ResourceClaimStatus().WithDevices(entry("dra.net", "node-a", "efa-0000-4f-00-0"))),
 		"the plugin writes its driver's entry of a claim allocated on its node")
-	got, err := c.client.ResourceV1().ResourceClaims("efakit").Get(ctx, own.Name, metav1.GetOptions{})
+	got, err := c.Client.ResourceV1().ResourceClaims("efakit").Get(ctx, own.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Len(t, got.Status.Devices, 1)
 	assert.Equal(t, "efa-0000-4f-00-0", got.Status.Devices[0].Device)
@@ -340,44 +309,7 @@ func checkClaimStatusRBAC(t *testing.T, c *controlPlane, pc kubernetes.Interface
 			assert.Contains(t, err.Error(), tc.msg)
 		})
 	}
-	got, err = c.client.ResourceV1().ResourceClaims("efakit").Get(ctx, other.Name, metav1.GetOptions{})
+	got, err = c.Client.ResourceV1().ResourceClaims("efakit").Get(ctx, other.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, got.Status.Devices, "another node's claim unchanged")
-}
-
-// pluginIdentity is the chart's plugin as the API server knows it on
-// node: the DaemonSet's pod there (made by hand: no controller, no
-// kubelet runs it) and a token of the chart's service account bound to
-// that pod, which carries the node's name, as the kubelet gets it for the
-// pod. The chart (namespace ns) must be applied.
-func pluginIdentity(t *testing.T, c *controlPlane, ns, node string) (*rest.Config, *corev1.Pod) {
-	t.Helper()
-	ctx := context.Background()
-	pod, err := c.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "plugin-" + node},
-		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "efakit-plugin",
-			Containers: []corev1.Container{{Name: "plugin", Image: "efakit-plugin"}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	// Longer than the longest make plugin-fleet run: the plugin does not
-	// renew a token read from a kubeconfig.
-	exp := int64(24 * 3600)
-	tr, err := c.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "efakit-plugin", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	cfg := rest.CopyConfig(c.config)
-	cfg.BearerToken = tr.Status.Token
-	return cfg, pod
-}
-
-// pluginKubeconfig writes a kubeconfig for the chart's plugin on node
-// (pluginIdentity) into dir.
-func pluginKubeconfig(t *testing.T, c *controlPlane, ns, node, dir string) string {
-	t.Helper()
-	cfg, _ := pluginIdentity(t, c, ns, node)
-	path := filepath.Join(dir, "plugin.kubeconfig")
-	require.NoError(t, writeKubeconfig(path, cfg.Host, cfg.BearerToken))
-	return path
 }

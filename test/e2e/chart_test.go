@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,62 +15,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
 	"github.com/efakit/efakit/internal/fleet"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
-// render runs `helm template` (the helm tool of this module's go.mod) on
-// the chart with extra arguments.
-func render(t *testing.T, args ...string) []runtime.Object {
-	t.Helper()
-	return renderRelease(t, "efakit", "efakit", args...)
-}
-
-// renderRelease renders the chart as release name in namespace ns.
-func renderRelease(t *testing.T, name, ns string, args ...string) []runtime.Object {
-	t.Helper()
-	// The Kubernetes version of the e2e's own control plane; a caller's
-	// --kube-version comes later and wins.
-	version, err := moduleKubeVersion("k8s")
-	require.NoError(t, err)
-	// The image a user pushed: the chart has no default (TestChartNeedsImage).
-	// A values file, not --set, so that a caller's -f overrides it.
-	image := filepath.Join(t.TempDir(), "image.yaml")
-	require.NoError(t, os.WriteFile(image, []byte("image: {repository: registry.example/efakit-plugin}\n"), 0o644))
-	cmd := exec.Command("go", append([]string{"tool", "helm", "template", name, "../../deployments/helm/efakit", "--namespace", ns, "--kube-version", version,
-		"-f", image}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(t, cmd.Run(), errOut.String())
-	// Strict decoding into the API's own types: an unknown or misspelled
-	// field fails here, not on a cluster.
-	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
-	var objs []runtime.Object
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out.Bytes())))
-	for {
-		doc, err := reader.Read()
-		if err != nil {
-			break
-		}
-		if len(bytes.TrimSpace(doc)) == 0 || strings.TrimSpace(string(doc)) == "---" {
-			continue
-		}
-		obj, _, err := codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		require.NoError(t, err, string(doc))
-		objs = append(objs, obj)
-	}
-	return objs
-}
-
 func TestChartRenders(t *testing.T) {
-	objs := render(t)
+	objs := harness.Render(t)
 	kinds := map[string]int{}
 	var ds *appsv1.DaemonSet
 	var classes []*resourceapi.DeviceClass
@@ -200,7 +151,7 @@ func ruleVerbs(role *rbacv1.ClusterRole, resource string) []string {
 // unless asked for; the value turns it off anywhere.
 func TestChartClaimStatusRBAC(t *testing.T) {
 	role := func(args ...string) *rbacv1.ClusterRole {
-		for _, o := range render(t, args...) {
+		for _, o := range harness.Render(t, args...) {
 			if r, ok := o.(*rbacv1.ClusterRole); ok {
 				return r
 			}
@@ -237,7 +188,7 @@ func TestChartClaimStatusRBAC(t *testing.T) {
 // TestChartTestClusterValues: the values for a cluster without EFA or
 // without a pod network that reaches the API server (the real node's).
 func TestChartTestClusterValues(t *testing.T) {
-	for _, o := range render(t, "--set", "sysfsHostPath=/srv/p5", "--set", "hostNetwork=true",
+	for _, o := range harness.Render(t, "--set", "sysfsHostPath=/srv/p5", "--set", "hostNetwork=true",
 		"--set", "extraEnv[0].name=KUBERNETES_SERVICE_HOST", "--set", "extraEnv[0].value=10.0.0.1") {
 		ds, ok := o.(*appsv1.DaemonSet)
 		if !ok {
@@ -254,7 +205,7 @@ func TestChartTestClusterValues(t *testing.T) {
 		}
 		assert.Contains(t, spec.Containers[0].Args, "--sysfs=/sys", "mounted at /sys whatever the host path")
 	}
-	for _, o := range render(t) {
+	for _, o := range harness.Render(t) {
 		if ds, ok := o.(*appsv1.DaemonSet); ok {
 			assert.False(t, ds.Spec.Template.Spec.HostNetwork, "not by default")
 		}
@@ -293,7 +244,7 @@ func hostMounts(t *testing.T, ds *appsv1.DaemonSet) map[string]hostMount {
 func ptr[T any](v T) *T { return &v }
 
 func TestChartValues(t *testing.T) {
-	objs := render(t, "--set", "groups=mixed", "--set", "driverName=efa.example.com", "--set", "kubelet.pluginsDir=/data/kubelet/plugins/")
+	objs := harness.Render(t, "--set", "groups=mixed", "--set", "driverName=efa.example.com", "--set", "kubelet.pluginsDir=/data/kubelet/plugins/")
 	var policy *admissionv1.ValidatingAdmissionPolicy
 	for _, o := range objs {
 		switch v := o.(type) {
@@ -324,7 +275,7 @@ func TestChartValues(t *testing.T) {
 	assert.Equal(t, `"efa.example.com"`, driver)
 
 	// No extended resource: the class has none, and the plugin checks none.
-	for _, o := range render(t, "--set", "deviceClasses.extendedResourceName=", "--set", "sharing.mode=capacity", "--set", "sharing.shares=4") {
+	for _, o := range harness.Render(t, "--set", "deviceClasses.extendedResourceName=", "--set", "sharing.mode=capacity", "--set", "sharing.shares=4") {
 		switch v := o.(type) {
 		case *appsv1.DaemonSet:
 			args := strings.Join(v.Spec.Template.Spec.Containers[0].Args, " ")
@@ -337,20 +288,20 @@ func TestChartValues(t *testing.T) {
 
 	// The health policy's values reach the plugin's flags; the defaults
 	// are the plugin's own.
-	for _, o := range render(t) {
+	for _, o := range harness.Render(t) {
 		if v, ok := o.(*appsv1.DaemonSet); ok {
 			args := strings.Join(v.Spec.Template.Spec.Containers[0].Args, " ")
 			assert.Contains(t, args, "--health-window=5m --health-limits= --unhealthy-taint-effect=NoSchedule")
 		}
 	}
-	for _, o := range render(t, "--set", "health.window=2m", "--set", "health.limits=retransmit-timeouts=120", "--set", "health.unhealthyTaintEffect=NoExecute") {
+	for _, o := range harness.Render(t, "--set", "health.window=2m", "--set", "health.limits=retransmit-timeouts=120", "--set", "health.unhealthyTaintEffect=NoExecute") {
 		if v, ok := o.(*appsv1.DaemonSet); ok {
 			args := strings.Join(v.Spec.Template.Spec.Containers[0].Args, " ")
 			assert.Contains(t, args, "--health-window=2m --health-limits=retransmit-timeouts=120 --unhealthy-taint-effect=NoExecute")
 		}
 	}
 
-	for _, o := range render(t, "--set", "admissionPolicy.enabled=false") {
+	for _, o := range harness.Render(t, "--set", "admissionPolicy.enabled=false") {
 		if _, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok {
 			t.Error("admission policy rendered though disabled")
 		}
@@ -362,7 +313,7 @@ func TestChartValues(t *testing.T) {
 // misspelt one refused when rendering, not on the node.
 func TestChartSysfsRecursiveReadOnly(t *testing.T) {
 	for _, mode := range []corev1.RecursiveReadOnlyMode{corev1.RecursiveReadOnlyIfPossible, corev1.RecursiveReadOnlyDisabled} {
-		for _, o := range render(t, "--set", "sysfsRecursiveReadOnly="+string(mode)) {
+		for _, o := range harness.Render(t, "--set", "sysfsRecursiveReadOnly="+string(mode)) {
 			if ds, ok := o.(*appsv1.DaemonSet); ok {
 				m := hostMounts(t, ds)["/sys"]
 				assert.True(t, m.readOnly, "/sys stays read-only")
@@ -387,7 +338,7 @@ func TestChartNodeSelection(t *testing.T) {
 		{Key: "eks.amazonaws.com/compute-type", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"auto"}},
 	}
 	terms := func(args ...string) []corev1.NodeSelectorTerm {
-		for _, o := range render(t, args...) {
+		for _, o := range harness.Render(t, args...) {
 			if ds, ok := o.(*appsv1.DaemonSet); ok {
 				if len(args) == 0 {
 					// The list lives in the DaemonSet only: the DaemonSet
@@ -445,7 +396,7 @@ func TestChartNeedsImage(t *testing.T) {
 // API group, resource, names, verbs.
 func TestRBACDocumented(t *testing.T) {
 	var role *rbacv1.ClusterRole
-	for _, o := range render(t, "--kube-version", "1.37.0") {
+	for _, o := range harness.Render(t, "--kube-version", "1.37.0") {
 		if r, ok := o.(*rbacv1.ClusterRole); ok {
 			role = r
 		}

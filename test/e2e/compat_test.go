@@ -26,6 +26,7 @@ import (
 
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/test/e2e/harness"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -47,7 +48,7 @@ import (
 
 var (
 	cp134Once sync.Once
-	cp134     *controlPlane
+	cp134     *harness.ControlPlane
 	cp134Err  error
 )
 
@@ -58,12 +59,12 @@ const compatEnv = "EFAKIT_E2E_COMPAT"
 
 // apiServer134 returns the shared Kubernetes 1.34 control plane, started
 // on first use; the test is skipped without EFAKIT_E2E_COMPAT=1.
-func apiServer134(t *testing.T) *controlPlane {
+func apiServer134(t *testing.T) *harness.ControlPlane {
 	t.Helper()
 	if os.Getenv(compatEnv) != "1" {
 		t.Skipf("Kubernetes 1.34 runs in make e2e-compat (%s=1)", compatEnv)
 	}
-	cp134Once.Do(func() { cp134, cp134Err = startControlPlaneOf("k8s134") })
+	cp134Once.Do(func() { cp134, cp134Err = harness.StartControlPlaneOf("k8s134") })
 	require.NoError(t, cp134Err)
 	return cp134
 }
@@ -72,7 +73,7 @@ func apiServer134(t *testing.T) *controlPlane {
 // and the features it keeps.
 type matrixServer struct {
 	name                    string
-	start                   func(t *testing.T) *controlPlane
+	start                   func(t *testing.T) *harness.ControlPlane
 	taints, counters, lists bool
 	// onlyLists: the server differs from the one before it only in list
 	// attributes, so only the slices with --numa-list are sent to it.
@@ -81,17 +82,17 @@ type matrixServer struct {
 
 var matrixServers = []matrixServer{
 	{name: "1.34", start: apiServer134}, // skipped outside make e2e-compat
-	{name: "1.37", start: apiServer, taints: true, counters: true},
+	{name: "1.37", start: harness.APIServer, taints: true, counters: true},
 	{name: "1.37+DRAListTypeAttributes", start: apiServerLists, taints: true, counters: true, lists: true, onlyLists: true},
 }
 
 // apiServerLists starts a 1.37 control plane with DRAListTypeAttributes,
 // stopped with the test.
-func apiServerLists(t *testing.T) *controlPlane {
+func apiServerLists(t *testing.T) *harness.ControlPlane {
 	t.Helper()
-	c, err := startControlPlane("--feature-gates=DRAListTypeAttributes=true")
+	c, err := harness.StartControlPlane("--feature-gates=DRAListTypeAttributes=true")
 	require.NoError(t, err)
-	t.Cleanup(c.stop)
+	t.Cleanup(c.Stop)
 	return c
 }
 
@@ -129,7 +130,7 @@ func TestSlicesAcrossVersions(t *testing.T) {
 	require.NotEmpty(t, paths)
 	for _, srv := range matrixServers {
 		t.Run(srv.name, func(t *testing.T) {
-			slices := srv.start(t).client.ResourceV1().ResourceSlices()
+			slices := srv.start(t).Client.ResourceV1().ResourceSlices()
 			for _, p := range paths {
 				fixture := strings.TrimSuffix(filepath.Base(p), ".sysfs")
 				root, err := sysfs.Open(p)
@@ -142,7 +143,7 @@ func TestSlicesAcrossVersions(t *testing.T) {
 							continue
 						}
 						for _, unhealthy := range []bool{false, true} {
-							name := fixture + "/" + modeFlag(mode)
+							name := fixture + "/" + harness.ModeFlag(mode)
 							if numaList {
 								name += "/numa-list"
 							}
@@ -236,11 +237,11 @@ func TestPluginOn134(t *testing.T) {
 	t.Run("chart, extended resource and claim status", func(t *testing.T) { chartOn134(t, c) })
 
 	t.Run("sharing falls back to exclusive", func(t *testing.T) {
-		n := newE2ENode(t, c, "p5-134-sharing", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone,
-			func(n *e2eNode) { n.args = []string{"--sharing=capacity", "--shares=4"} })
-		waitLog(t, n.dir, "each EFA is published for one claim at a time")
-		eventually(t, func() bool {
-			for _, s := range n.slices(32) {
+		n := harness.NewE2ENode(t, c, "p5-134-sharing", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone,
+			func(n *harness.E2ENode) { n.Args = []string{"--sharing=capacity", "--shares=4"} })
+		waitLog(t, n.Dir, "each EFA is published for one claim at a time")
+		harness.Eventually(t, func() bool {
+			for _, s := range n.Slices(32) {
 				for _, d := range s.Spec.Devices {
 					if d.AllowMultipleAllocations != nil || len(d.Capacity) > 0 {
 						return false
@@ -248,27 +249,27 @@ func TestPluginOn134(t *testing.T) {
 				}
 			}
 			return true
-		}, 30*time.Second, 200*time.Millisecond, func() string { return "exclusive EFAs published; log:\n" + n.log() })
+		}, 30*time.Second, 200*time.Millisecond, func() string { return "exclusive EFAs published; log:\n" + n.Log() })
 		// The admin's token writes claim status: 1.34 keeps it.
-		claim := allocateByHand(t, c, "default", "on-134", n.name, "efa-0000-4f-00-0")
-		assert.Len(t, n.prepare(claim), 1)
-		eventually(t, func() bool {
-			got, err := c.client.ResourceV1().ResourceClaims("default").Get(context.Background(), claim.Name, metav1.GetOptions{})
+		claim := allocateByHand(t, c, "default", "on-134", n.Name, "efa-0000-4f-00-0")
+		assert.Len(t, n.Prepare(claim), 1)
+		harness.Eventually(t, func() bool {
+			got, err := c.Client.ResourceV1().ResourceClaims("default").Get(context.Background(), claim.Name, metav1.GetOptions{})
 			return err == nil && len(got.Status.Devices) == 1
-		}, 30*time.Second, 200*time.Millisecond, func() string { return "the claim's status.devices on 1.34; log:\n" + n.log() })
+		}, 30*time.Second, 200*time.Millisecond, func() string { return "the claim's status.devices on 1.34; log:\n" + n.Log() })
 	})
 
 	t.Run("unhealthy EFA withheld", func(t *testing.T) {
-		n := newE2ENode(t, c, "p5-134-port-down", portDownFixture(t), resources.GroupsNone)
+		n := harness.NewE2ENode(t, c, "p5-134-port-down", portDownFixture(t), resources.GroupsNone)
 		var names []string
-		for _, s := range n.slices(31) {
+		for _, s := range n.Slices(31) {
 			for _, d := range s.Spec.Devices {
 				names = append(names, d.Name)
 				assert.Empty(t, d.Taints)
 			}
 		}
 		assert.NotContains(t, names, "efa-0000-50-00-0", "withheld")
-		waitLog(t, n.dir, "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
+		waitLog(t, n.Dir, "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
 	})
 
 	t.Run("numa-list falls back", func(t *testing.T) {
@@ -278,9 +279,9 @@ func TestPluginOn134(t *testing.T) {
 	t.Run("mixed mode stops", func(t *testing.T) {
 		ctx := context.Background()
 		const name = "p5-134-mixed"
-		_, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		_, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		bin, err := pluginBinary()
+		bin, err := harness.PluginBinary()
 		require.NoError(t, err)
 		dir := t.TempDir()
 		for _, d := range []string{"reg", "plugins", "cdi", "proc/sys/kernel/random"} {
@@ -289,7 +290,7 @@ func TestPluginOn134(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "proc/sys/kernel/random/boot_id"), []byte("8a9c6a3e-6d51-4d0e-9a4b-1f0b3c7a2d11\n"), 0o644))
 		cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		defer cancel()
-		out, err := exec.CommandContext(cctx, bin, "--node-name", name, "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig"),
+		out, err := exec.CommandContext(cctx, bin, "--node-name", name, "--kubeconfig", filepath.Join(c.Dir, "admin.kubeconfig"),
 			"--sysfs", "../../testdata/sysfs/p5.48xlarge.sysfs", "--proc", filepath.Join(dir, "proc"), "--cdi-root", filepath.Join(dir, "cdi"),
 			"--kubelet-registrar-directory-path", filepath.Join(dir, "reg"), "--kubelet-plugins-directory-path", filepath.Join(dir, "plugins"),
 			"--groups", "mixed").CombinedOutput()
@@ -299,7 +300,7 @@ func TestPluginOn134(t *testing.T) {
 		// klog quotes the error, so its own quotes come escaped.
 		assert.Contains(t, string(out), `group mode \"mixed\" needs DRAPartitionableDevices: run with --groups=none or exclusive`)
 		assert.Contains(t, string(out), `"Plugin stopped"`)
-		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + name})
+		l, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + name})
 		require.NoError(t, err)
 		assert.Empty(t, l.Items, "the slices stored without their counters are withdrawn before the plugin stops")
 	})
@@ -310,15 +311,15 @@ func TestPluginOn134(t *testing.T) {
 // off (its default).
 func TestNUMAListOn137(t *testing.T) {
 	t.Run("DRAListTypeAttributes", func(t *testing.T) { numaListFallsBack(t, apiServerLists(t), "p5-137-lists", false) })
-	t.Run("default", func(t *testing.T) { numaListFallsBack(t, apiServer(t), "p5-137-numa-list", true) })
+	t.Run("default", func(t *testing.T) { numaListFallsBack(t, harness.APIServer(t), "p5-137-numa-list", true) })
 }
 
 // numaListFallsBack runs the plugin with --numa-list on the p5 and checks
 // the form of numaNode in its slices: a number where the server refuses
 // the list form (fallback), the list where it keeps it.
-func numaListFallsBack(t *testing.T, c *controlPlane, name string, fallback bool) {
-	n := newE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone, func(n *e2eNode) { n.args = []string{"--numa-list"} })
-	for _, s := range n.slices(32) {
+func numaListFallsBack(t *testing.T, c *harness.ControlPlane, name string, fallback bool) {
+	n := harness.NewE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone, func(n *harness.E2ENode) { n.Args = []string{"--numa-list"} })
+	for _, s := range n.Slices(32) {
 		for _, d := range s.Spec.Devices {
 			a, ok := d.Attributes[resources.AttrNUMANode]
 			require.True(t, ok, "%s has %s", d.Name, resources.AttrNUMANode)
@@ -333,16 +334,16 @@ func numaListFallsBack(t *testing.T, c *controlPlane, name string, fallback bool
 	}
 	const said = "in list form (--numa-list needs DRAListTypeAttributes): published as a single number instead"
 	if fallback {
-		waitLog(t, n.dir, said)
+		waitLog(t, n.Dir, said)
 	} else {
-		assert.NotContains(t, n.log(), said)
+		assert.NotContains(t, n.Log(), said)
 	}
 }
 
 // waitLog waits until the plugin's log in dir holds s.
 func waitLog(t *testing.T, dir, s string) {
 	t.Helper()
-	eventually(t, func() bool {
+	harness.Eventually(t, func() bool {
 		log, _ := os.ReadFile(filepath.Join(dir, "plugin.log"))
 		return strings.Contains(string(log), s)
 	}, 10*time.Second, 100*time.Millisecond, func() string {
@@ -354,13 +355,13 @@ func waitLog(t *testing.T, dir, s string) {
 // allocateByHand makes a claim of one EFA of the driver dra.net on node,
 // allocated as the scheduler would (no scheduler runs beside 1.34's API
 // server here).
-func allocateByHand(t *testing.T, c *controlPlane, ns, name, node, device string) *resourceapi.ResourceClaim {
+func allocateByHand(t *testing.T, c *harness.ControlPlane, ns, name, node, device string) *resourceapi.ResourceClaim {
 	t.Helper()
 	ctx := context.Background()
 	cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Finalizers: []string{resourceapi.Finalizer}},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
 			{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: resources.DefaultDeviceClass}}}}}}
-	cl, err := c.client.ResourceV1().ResourceClaims(ns).Create(ctx, cl, metav1.CreateOptions{})
+	cl, err := c.Client.ResourceV1().ResourceClaims(ns).Create(ctx, cl, metav1.CreateOptions{})
 	require.NoError(t, err)
 	cl.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
@@ -368,7 +369,7 @@ func allocateByHand(t *testing.T, c *controlPlane, ns, name, node, device string
 		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
 			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}},
 	}
-	cl, err = c.client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+	cl, err = c.Client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, cl, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	return cl
 }
@@ -380,13 +381,13 @@ func allocateByHand(t *testing.T, c *controlPlane, ns, name, node, device string
 // claim's status). The plugin, run with the chart's token and arguments,
 // says at start that pods asking for vpc.amazonaws.com/efa are not served,
 // and, refused the claim status, says so once and prepares on.
-func chartOn134(t *testing.T, c *controlPlane) {
+func chartOn134(t *testing.T, c *harness.ControlPlane) {
 	ctx := context.Background()
-	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
-	require.NoError(t, createIgnoreExists(err))
-	objs := render(t, "--kube-version", "1.34.4")
-	apply(t, c.config, objs)
-	dc, err := c.client.ResourceV1().DeviceClasses().Get(ctx, resources.DefaultDeviceClass, metav1.GetOptions{})
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
+	require.NoError(t, harness.CreateIgnoreExists(err))
+	objs := harness.Render(t, "--kube-version", "1.34.4")
+	harness.Apply(t, c.Config, objs)
+	dc, err := c.Client.ResourceV1().DeviceClasses().Get(ctx, resources.DefaultDeviceClass, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Nil(t, dc.Spec.ExtendedResourceName, "1.34 drops the field")
 	var args []string
@@ -401,21 +402,21 @@ func chartOn134(t *testing.T, c *controlPlane) {
 	}
 	require.Len(t, args, 2, "the chart tells the plugin its class")
 	const name = "p5-134-chart"
-	kubeconfig := pluginKubeconfig(t, c, "efakit", name, t.TempDir())
-	n := newE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone,
-		func(n *e2eNode) { n.args = append(args, "--kubeconfig="+kubeconfig) })
-	n.slices(32)
-	waitLog(t, n.dir, "DRAExtendedResource is off on the API server")
+	kubeconfig := harness.PluginKubeconfig(t, c, "efakit", name, t.TempDir())
+	n := harness.NewE2ENode(t, c, name, "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone,
+		func(n *harness.E2ENode) { n.Args = append(args, "--kubeconfig="+kubeconfig) })
+	n.Slices(32)
+	waitLog(t, n.Dir, "DRAExtendedResource is off on the API server")
 	for i, dev := range []string{"efa-0000-4f-00-0", "efa-0000-50-00-0"} {
 		claim := allocateByHand(t, c, "default", fmt.Sprintf("chart-134-%d", i), name, dev)
-		assert.Len(t, n.prepare(claim), 1, "prepared, whatever the claim status")
+		assert.Len(t, n.Prepare(claim), 1, "prepared, whatever the claim status")
 	}
-	waitLog(t, n.dir, "Claims' device status not written")
+	waitLog(t, n.Dir, "Claims' device status not written")
 	// Said once, though both claims' writes were refused.
-	eventually(t, func() bool {
-		return strings.Contains(n.metricsText(), `efakit_plugin_claim_status_writes_total{outcome="forbidden"} 2`)
-	}, 30*time.Second, 200*time.Millisecond, func() string { return n.metricsText() })
-	log, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
+	harness.Eventually(t, func() bool {
+		return strings.Contains(metricsText(n), `efakit_plugin_claim_status_writes_total{outcome="forbidden"} 2`)
+	}, 30*time.Second, 200*time.Millisecond, func() string { return metricsText(n) })
+	log, _ := os.ReadFile(filepath.Join(n.Dir, "plugin.log"))
 	assert.Equal(t, 1, strings.Count(string(log), "Claims' device status not written"), "said once")
 	for _, l := range strings.Split(string(log), "\n") {
 		if strings.Contains(l, "Extended resource not served") || strings.Contains(l, "Claims' device status not written") {
@@ -425,8 +426,8 @@ func chartOn134(t *testing.T, c *controlPlane) {
 }
 
 // metricsText is the plugin's /metrics as it serves them.
-func (n *e2eNode) metricsText() string {
-	resp, err := http.Get(n.http + "/metrics")
+func metricsText(n *harness.E2ENode) string {
+	resp, err := http.Get(n.HTTP + "/metrics")
 	if err != nil {
 		return err.Error()
 	}

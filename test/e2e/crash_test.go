@@ -20,6 +20,7 @@ import (
 
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // TestKillDuringPrepare kills the real plugin binary (SIGKILL) at random
@@ -29,27 +30,27 @@ import (
 // does not hold is left, no temporary file is left, and the checkpoint
 // reads.
 func TestKillDuringPrepare(t *testing.T) {
-	c := apiServer(t)
+	c := harness.APIServer(t)
 	ctx := context.Background()
-	n := newE2ENode(t, c, "p5-crash", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone)
-	n.slices(32)
+	n := harness.NewE2ENode(t, c, "p5-crash", "../../testdata/sysfs/p5.48xlarge.sysfs", resources.GroupsNone)
+	n.Slices(32)
 	// Eight claims of four EFAs each, allocated as the scheduler would.
 	var claims []*resourceapi.ResourceClaim
 	for k := range 8 {
 		spec := resourceapi.ResourceClaimSpec{}
 		spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efas", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 4}}}
-		cl, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("crash-%d", k)}, Spec: spec}, metav1.CreateOptions{})
+		cl, err := c.Client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("crash-%d", k)}, Spec: spec}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		cl.Status.Allocation = &resourceapi.AllocationResult{}
 		for j := range 4 {
 			cl.Status.Allocation.Devices.Results = append(cl.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
-				Request: "efas", Driver: "dra.net", Pool: n.name, Device: fmt.Sprintf("efa-0000-%02x-00-0", 0x4f+0x11*k+j)})
+				Request: "efas", Driver: "dra.net", Pool: n.Name, Device: fmt.Sprintf("efa-0000-%02x-00-0", 0x4f+0x11*k+j)})
 		}
-		cl, err = c.client.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+		cl, err = c.Client.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, cl, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		claims = append(claims, cl)
 	}
-	dataDir := filepath.Join(n.dir, "plugins", "dra.net")
+	dataDir := filepath.Join(n.Dir, "plugins", "dra.net")
 	rounds, calls := 12, 0
 	for round := range rounds {
 		// Calls as the kubelet makes them, until the kill breaks them.
@@ -70,9 +71,9 @@ func TestKillDuringPrepare(t *testing.T) {
 				ref := []*drapb.Claim{{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)}}
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				if r.IntN(2) == 0 {
-					_, _ = n.dra.NodePrepareResources(cctx, &drapb.NodePrepareResourcesRequest{Claims: ref})
+					_, _ = n.DRA.NodePrepareResources(cctx, &drapb.NodePrepareResourcesRequest{Claims: ref})
 				} else {
-					_, _ = n.dra.NodeUnprepareResources(cctx, &drapb.NodeUnprepareResourcesRequest{Claims: ref})
+					_, _ = n.DRA.NodeUnprepareResources(cctx, &drapb.NodeUnprepareResourcesRequest{Claims: ref})
 				}
 				cancel()
 				mu.Lock()
@@ -81,15 +82,15 @@ func TestKillDuringPrepare(t *testing.T) {
 			}
 		}()
 		time.Sleep(time.Duration(50+rand.IntN(400)) * time.Millisecond)
-		require.NoError(t, n.proc.Process.Kill())
-		_, _ = n.proc.Process.Wait()
-		n.proc = nil
+		require.NoError(t, n.Proc.Process.Kill())
+		_, _ = n.Proc.Process.Wait()
+		n.Proc = nil
 		close(stop)
 		wg.Wait()
-		for _, conn := range n.conns {
+		for _, conn := range n.Conns {
 			conn.Close()
 		}
-		n.start()
+		n.Start()
 
 		st, err := checkpoint.NewStore(dataDir).Load("8a9c6a3e-6d51-4d0e-9a4b-1f0b3c7a2d11")
 		require.NoError(t, err, "round %d: the checkpoint reads", round)
@@ -98,7 +99,7 @@ func TestKillDuringPrepare(t *testing.T) {
 			want = append(want, uid)
 		}
 		slices.Sort(want)
-		files, err := n.cdi.List()
+		files, err := n.CDI.List()
 		require.NoError(t, err)
 		assert.Equal(t, want, files.Specs, "round %d: a spec for each prepared claim and no other", round)
 		for uid := range files.Metadata {

@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/plugin/driver/events"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // portDownFixture is the p5 capture with the port of the EFA at
@@ -51,12 +52,12 @@ func portDownFixture(t *testing.T) string {
 // taints (DRADeviceTaints off, as 1.34 and 1.35 have it by default) makes
 // the plugin leave the unhealthy EFA out of its slice instead, and say so.
 func TestUnhealthyWithheldWithoutTaints(t *testing.T) {
-	c, err := startControlPlane("--feature-gates=DRADeviceTaints=false,DRADeviceTaintRules=false")
+	c, err := harness.StartControlPlane("--feature-gates=DRADeviceTaints=false,DRADeviceTaintRules=false")
 	require.NoError(t, err)
-	t.Cleanup(c.stop)
-	n := newE2ENode(t, c, "p5-no-taints", portDownFixture(t), resources.GroupsNone)
+	t.Cleanup(c.Stop)
+	n := harness.NewE2ENode(t, c, "p5-no-taints", portDownFixture(t), resources.GroupsNone)
 	var names []string
-	for _, s := range n.slices(31) {
+	for _, s := range n.Slices(31) {
 		for _, d := range s.Spec.Devices {
 			names = append(names, d.Name)
 			assert.Empty(t, d.Taints)
@@ -64,7 +65,7 @@ func TestUnhealthyWithheldWithoutTaints(t *testing.T) {
 	}
 	assert.NotContains(t, names, "efa-0000-50-00-0", "withheld")
 	require.Eventually(t, func() bool {
-		log, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
+		log, _ := os.ReadFile(filepath.Join(n.Dir, "plugin.log"))
 		return strings.Contains(string(log), "unhealthy EFAs are withheld from the ResourceSlices instead of tainted")
 	}, 10*time.Second, 100*time.Millisecond)
 }
@@ -75,14 +76,14 @@ func TestUnhealthyWithheldWithoutTaints(t *testing.T) {
 // real scheduler gives it to no claim, while its healthy neighbour is
 // allocated.
 func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	ctx := context.Background()
 	fixture := portDownFixture(t)
 
-	n := newE2ENode(t, c, "p5-unhealthy", fixture, resources.GroupsNone)
+	n := harness.NewE2ENode(t, c, "p5-unhealthy", fixture, resources.GroupsNone)
 	var taints []resourceapi.DeviceTaint
-	for _, s := range n.slices(32) {
+	for _, s := range n.Slices(32) {
 		for _, d := range s.Spec.Devices {
 			if d.Name == "efa-0000-50-00-0" {
 				taints = d.Taints
@@ -101,14 +102,14 @@ func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
 	// core/v1 Events in default about the Node.
 	var nodeEvents []corev1.Event
 	require.Eventually(t, func() bool {
-		l, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name + ",reason=" + events.ReasonUnhealthy})
+		l, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.Name + ",reason=" + events.ReasonUnhealthy})
 		if err != nil {
 			return false
 		}
 		nodeEvents = l.Items
 		return len(nodeEvents) > 0
-	}, 30*time.Second, 200*time.Millisecond, "an EFAUnhealthy Event on node %s", n.name)
+	}, 30*time.Second, 200*time.Millisecond, "an EFAUnhealthy Event on node %s", n.Name)
 	require.Len(t, nodeEvents, 1, "one Event for the one unhealthy EFA")
 	assert.Equal(t, corev1.EventTypeWarning, nodeEvents[0].Type)
 	assert.Contains(t, nodeEvents[0].Message, "efa-0000-50-00-0 (rdmap80s0)")
@@ -122,17 +123,17 @@ func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["dra.net"].pciAddress == "` + addr + `"`}}}}}}
 		return s
 	}
-	healthy, nodes := n.schedule("healthy-neighbour", at("0000:51:00.0"), 1)
+	healthy, nodes := n.Schedule("healthy-neighbour", at("0000:51:00.0"), 1)
 	assert.Equal(t, []string{"efa-0000-51-00-0"}, byReq(healthy)["efa"])
 	assert.Len(t, nodes, 1)
 
-	_, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "on-the-down-efa"}, Spec: at("0000:50:00.0")}, metav1.CreateOptions{})
+	_, err := c.Client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "on-the-down-efa"}, Spec: at("0000:50:00.0")}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	cn := "on-the-down-efa"
-	n.pod("on-the-down-efa-0", corev1.PodResourceClaim{Name: "c", ResourceClaimName: &cn})
+	n.Pod("on-the-down-efa-0", corev1.PodResourceClaim{Name: "c", ResourceClaimName: &cn})
 	// The scheduler tries and gives up: the pod stays unschedulable.
 	require.Eventually(t, func() bool {
-		p, err := c.client.CoreV1().Pods("default").Get(ctx, "on-the-down-efa-0", metav1.GetOptions{})
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "on-the-down-efa-0", metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
@@ -144,7 +145,7 @@ func TestSchedulerSkipsUnhealthyEFA(t *testing.T) {
 		return false
 	}, 60*time.Second, 200*time.Millisecond, "the scheduler's verdict")
 	time.Sleep(2 * time.Second)
-	cl, err := c.client.ResourceV1().ResourceClaims("default").Get(ctx, "on-the-down-efa", metav1.GetOptions{})
+	cl, err := c.Client.ResourceV1().ResourceClaims("default").Get(ctx, "on-the-down-efa", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Nil(t, cl.Status.Allocation, "the tainted EFA is given to no claim")
 }

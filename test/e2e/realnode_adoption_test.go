@@ -28,6 +28,7 @@ import (
 
 	"github.com/efakit/efakit/plugin/driver/claimstatus"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // The extended resource of AWS's EFA device plugin, which the chart's
@@ -40,10 +41,10 @@ const (
 
 // resourcePod is a pod on the node whose containers each ask for a count
 // of an extended resource in their limits, as device-plugin pod specs
-// do, run printScript, and use the named pod claims (pod claim name ->
+// do, run harness.PrintScript, and use the named pod claims (pod claim name ->
 // template) too.
 func (n *realNode) resourcePod(name string, ctrs map[string]corev1.ResourceList, claims map[string][]corev1.PodResourceClaim) *corev1.Pod {
-	pod := n.printerPod(name)
+	pod := n.PrinterPod(name)
 	pod.Spec.Containers = nil
 	var names []string
 	for c := range ctrs {
@@ -51,7 +52,7 @@ func (n *realNode) resourcePod(name string, ctrs map[string]corev1.ResourceList,
 	}
 	sort.Strings(names)
 	for _, c := range names {
-		ctr := corev1.Container{Name: c, Image: busyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", printScript},
+		ctr := corev1.Container{Name: c, Image: harness.BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", harness.PrintScript},
 			Resources: corev1.ResourceRequirements{Limits: ctrs[c], Requests: ctrs[c]}}
 		for _, pc := range claims[c] {
 			pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, pc)
@@ -70,7 +71,7 @@ func efas(resourceName corev1.ResourceName, n int64) corev1.ResourceList {
 // and returns what each printed and the pod as the API has it then.
 func (n *realNode) runAll(t *testing.T, pod *corev1.Pod) (map[string]seen, *corev1.Pod) {
 	t.Helper()
-	_, err := n.c.client.CoreV1().Pods(nodeNS).Create(context.Background(), pod, metav1.CreateOptions{})
+	_, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Create(context.Background(), pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return n.waitRunning(t, pod.Name)
 }
@@ -87,11 +88,11 @@ func (n *realNode) waitRunning(t *testing.T, name string) (map[string]seen, *cor
 func (n *realNode) waitRunningWithin(t *testing.T, name string, timeout time.Duration) (map[string]seen, *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
-	pod, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+	pod, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
 	p := pod
-	eventually(t, func() bool {
-		got, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+	harness.Eventually(t, func() bool {
+		got, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
@@ -107,14 +108,14 @@ func (n *realNode) waitRunningWithin(t *testing.T, name string, timeout time.Dur
 		return true
 	}, timeout, 100*time.Millisecond, func() string {
 		return fmt.Sprintf("pod %s not running: %+v\nevents:\n%s\nkubelet:\n%s\nplugin:\n%s\nkube-scheduler:\n%s\nkube-controller-manager:\n%s",
-			name, p.Status, strings.Join(n.podEvents(name), "\n"), n.logTail("kubelet", 3000), n.logTail("efakit-plugin", 2000),
-			n.c.logTail("kube-scheduler", 1500), n.c.logTail("kube-controller-manager", 1500))
+			name, p.Status, strings.Join(n.podEvents(name), "\n"), n.LogTail("kubelet", 3000), n.LogTail("efakit-plugin", 2000),
+			n.CP.LogTail("kube-scheduler", 1500), n.CP.LogTail("kube-controller-manager", 1500))
 	})
 	out := map[string]seen{}
 	for _, c := range pod.Spec.Containers {
 		var logs string
 		require.Eventually(t, func() bool {
-			b, err := n.c.client.CoreV1().Pods(nodeNS).GetLogs(name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
+			b, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).GetLogs(name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
 			logs = string(b)
 			return err == nil && strings.Contains(logs, "== end")
 		}, 30*time.Second, 100*time.Millisecond, "pod %s container %s logs", name, c.Name)
@@ -129,7 +130,7 @@ func (n *realNode) extendedClaim(t *testing.T, p *corev1.Pod) (*resourceapi.Reso
 	t.Helper()
 	st := p.Status.ExtendedResourceClaimStatus
 	require.NotNil(t, st, "pod %s has no extended-resource claim", p.Name)
-	c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(context.Background(), st.ResourceClaimName, metav1.GetOptions{})
+	c, err := n.CP.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(context.Background(), st.ResourceClaimName, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "true", c.Annotations[resourceapi.ExtendedResourceClaimAnnotation])
 	reqs := map[string][]string{}
@@ -143,7 +144,7 @@ func (n *realNode) extendedClaim(t *testing.T, p *corev1.Pod) (*resourceapi.Reso
 // the named requests (all when none).
 func (n *realNode) nodesOf(t *testing.T, nodes efaNodes, c *resourceapi.ResourceClaim, requests ...string) []string {
 	t.Helper()
-	published := n.publishedEFAs(t)
+	published := n.PublishedEFAs(t)
 	var out []string
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != resources.DefaultDriverName || (len(requests) > 0 && !slices.Contains(requests, r.Request)) {
@@ -162,8 +163,8 @@ func (n *realNode) nodesOf(t *testing.T, nodes efaNodes, c *resourceapi.Resource
 func (n *realNode) waitPending(t *testing.T, name, want string) string {
 	t.Helper()
 	var msg string
-	eventually(t, func() bool {
-		p, err := n.c.client.CoreV1().Pods(nodeNS).Get(context.Background(), name, metav1.GetOptions{})
+	harness.Eventually(t, func() bool {
+		p, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
@@ -183,7 +184,7 @@ func (n *realNode) waitPending(t *testing.T, name, want string) string {
 func (n *realNode) waitRefused(t *testing.T, name, want string) string {
 	t.Helper()
 	var got string
-	eventually(t, func() bool {
+	harness.Eventually(t, func() bool {
 		for _, e := range n.podEvents(name) {
 			if strings.HasPrefix(e, "FailedPrepareDynamicResources") && strings.Contains(e, want) {
 				got = e
@@ -192,7 +193,7 @@ func (n *realNode) waitRefused(t *testing.T, name, want string) string {
 		}
 		return false
 	}, 90*time.Second, 200*time.Millisecond, func() string {
-		return fmt.Sprintf("pod %s refused with %q; events: %v\nplugin:\n%s", name, want, n.podEvents(name), n.logTail("efakit-plugin", 3000))
+		return fmt.Sprintf("pod %s refused with %q; events: %v\nplugin:\n%s", name, want, n.podEvents(name), n.LogTail("efakit-plugin", 3000))
 	})
 	return got
 }
@@ -218,16 +219,16 @@ func libfabricDeviceClass() *resourceapi.DeviceClass {
 // FI_EFA_IFACE; a container that mixes them with a claim of its own is
 // refused), a group mode.
 func TestRealNodeExtendedResources(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	ctx := context.Background()
 	n := startRealNode(t, c)
-	n.ensureNamespace()
-	n.startEFAKit(p5Fixture)
-	n.waitEFAs(t, 32)
+	n.EnsureNamespace()
+	n.StartEFAKit(p5Fixture)
+	n.WaitEFAs(t, 32)
 	nodes := fixtureNodes(t, p5Fixture)
-	createSeed(t, c, "seed-claims.yaml")
-	assert.Contains(t, n.logTail("efakit-plugin", 1<<20), "Pods that ask for the extended resource get EFAs through DRA", "the plugin read the chart's class")
+	harness.CreateSeed(t, c, "seed-claims.yaml")
+	assert.Contains(t, n.LogTail("efakit-plugin", 1<<20), "Pods that ask for the extended resource get EFAs through DRA", "the plugin read the chart's class")
 
 	t.Run("one-container", func(t *testing.T) {
 		got, p := n.runAll(t, n.resourcePod("ext-one", map[string]corev1.ResourceList{"train": efas(efaResource, 4)}, nil))
@@ -263,7 +264,7 @@ func TestRealNodeExtendedResources(t *testing.T) {
 		claim, _ := n.extendedClaim(t, p)
 		assert.Len(t, allocated(resources.DefaultDriverName, claim), 32)
 		// The node is full: one more EFA does not fit.
-		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.resourcePod("ext-1-more", map[string]corev1.ResourceList{"train": efas(efaResource, 1)}, nil), metav1.CreateOptions{})
+		_, err := c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, n.resourcePod("ext-1-more", map[string]corev1.ResourceList{"train": efas(efaResource, 1)}, nil), metav1.CreateOptions{})
 		require.NoError(t, err)
 		n.waitPending(t, "ext-1-more", "")
 		n.deletePod(t, "ext-32")
@@ -272,7 +273,7 @@ func TestRealNodeExtendedResources(t *testing.T) {
 		assert.Len(t, got["train"].Nodes, 1)
 		n.deletePod(t, "ext-1-more")
 		// 33 never fits a claim: the scheduler says so.
-		_, err = c.client.CoreV1().Pods(nodeNS).Create(ctx, n.resourcePod("ext-33", map[string]corev1.ResourceList{"train": efas(efaResource, 33)}, nil), metav1.CreateOptions{})
+		_, err = c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, n.resourcePod("ext-33", map[string]corev1.ResourceList{"train": efas(efaResource, 33)}, nil), metav1.CreateOptions{})
 		require.NoError(t, err)
 		t.Logf("33 EFAs: %s", n.waitPending(t, "ext-33", "exceeds the claim limit of 32"))
 		n.deletePod(t, "ext-33")
@@ -280,10 +281,10 @@ func TestRealNodeExtendedResources(t *testing.T) {
 		assert.Equal(t, all["train"].Nodes, again["train"].Nodes, "every EFA reused")
 		n.deletePod(t, "ext-32-again")
 	})
-	_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, libfabricDeviceClass(), metav1.CreateOptions{})
-	require.NoError(t, createIgnoreExists(err))
+	_, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, libfabricDeviceClass(), metav1.CreateOptions{})
+	require.NoError(t, harness.CreateIgnoreExists(err))
 	t.Run("env-libfabric-from-the-class", func(t *testing.T) {
-		published := n.publishedEFAs(t)
+		published := n.PublishedEFAs(t)
 		rdmaOf := func(claim *resourceapi.ResourceClaim, reqs []string) string {
 			var names []string
 			for _, r := range claim.Status.Allocation.Devices.Results {
@@ -305,8 +306,8 @@ func TestRealNodeExtendedResources(t *testing.T) {
 		// A container that takes the class's EFAs and a claim's: one
 		// FI_EFA_IFACE cannot name them all, so the plugin refuses.
 		pod := n.resourcePod("ext-env-mixed", map[string]corev1.ResourceList{"train": efas(libfabricResource, 2)},
-			map[string][]corev1.PodResourceClaim{"train": {templateClaim("own", "single-efa-claim")}})
-		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
+			map[string][]corev1.PodResourceClaim{"train": {harness.TemplateClaim("own", "single-efa-claim")}})
+		_, err := c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
 		ev := n.waitRefused(t, "ext-env-mixed", "takes EFAs from 2 requests")
 		assert.Contains(t, ev, "(extended resources) request of class "+libfabricClass)
@@ -315,10 +316,10 @@ func TestRealNodeExtendedResources(t *testing.T) {
 	})
 	t.Run("doctor-in-the-pod", func(t *testing.T) { n.checkDoctorInPod(t) })
 	t.Run("group-mode-mixed", func(t *testing.T) {
-		n.killEFAKit(syscall.SIGTERM)
-		n.startEFAKit(p5Fixture, "--set", "groups=mixed")
-		n.waitEFAs(t, 40)
-		createTemplates(t, c, p5Fixture, resources.GroupsMixed, "mixed-")
+		n.KillEFAKit(syscall.SIGTERM)
+		n.StartEFAKit(p5Fixture, "--set", "groups=mixed")
+		n.WaitEFAs(t, 40)
+		harness.CreateTemplates(t, c, p5Fixture, resources.GroupsMixed, "mixed-")
 		// The extended resource takes single EFAs; the counters keep a
 		// group from a root whose members it holds.
 		got, p := n.runAll(t, n.resourcePod("ext-mixed", map[string]corev1.ResourceList{"train": efas(efaResource, 30)}, nil))
@@ -327,16 +328,16 @@ func TestRealNodeExtendedResources(t *testing.T) {
 		for _, d := range allocated(resources.DefaultDriverName, claim) {
 			assert.False(t, strings.HasPrefix(d, "efa-group-"), "the single-EFA class gives no group: %s", d)
 		}
-		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("group", templateClaim("c", "mixed-efa-group")), metav1.CreateOptions{})
+		_, err := c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, n.PrinterPod("group", harness.TemplateClaim("c", "mixed-efa-group")), metav1.CreateOptions{})
 		require.NoError(t, err)
 		n.waitPending(t, "group", "")
 		n.deletePod(t, "ext-mixed")
 		grp, _ := n.waitPrinted(t, "group")
 		assert.Len(t, grp.Nodes, 4, "a root's four EFAs, once the extended resource's are free")
 		n.deletePod(t, "group")
-		n.killEFAKit(syscall.SIGTERM)
-		n.startEFAKit(p5Fixture)
-		n.waitEFAs(t, 32)
+		n.KillEFAKit(syscall.SIGTERM)
+		n.StartEFAKit(p5Fixture)
+		n.WaitEFAs(t, 32)
 	})
 }
 
@@ -344,7 +345,7 @@ func TestRealNodeExtendedResources(t *testing.T) {
 // share), read from the API as kubectl get resourceclaim -o yaml does.
 func (n *realNode) statusEntries(t *testing.T, name string) map[string]resourceapi.AllocatedDeviceStatus {
 	t.Helper()
-	c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(context.Background(), name, metav1.GetOptions{})
+	c, err := n.CP.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(context.Background(), name, metav1.GetOptions{})
 	require.NoError(t, err)
 	out := map[string]resourceapi.AllocatedDeviceStatus{}
 	for _, d := range c.Status.Devices {
@@ -361,7 +362,7 @@ func (n *realNode) statusEntries(t *testing.T, name string) map[string]resourcea
 
 // claimYAML is the claim as `kubectl get resourceclaim -o yaml` prints it.
 func (n *realNode) claimYAML(t *testing.T, name string) string {
-	c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(context.Background(), name, metav1.GetOptions{})
+	c, err := n.CP.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(context.Background(), name, metav1.GetOptions{})
 	require.NoError(t, err)
 	c.ManagedFields = nil
 	b, err := yaml.Marshal(c.Status)
@@ -387,8 +388,8 @@ const doctorImage = "efakit.test/doctor:e2e"
 // importDoctorImage builds the efakit CLI for this machine and imports an
 // image of busybox and it into the node's containerd.
 func (n *realNode) importDoctorImage() {
-	t := n.t
-	bin := filepath.Join(n.dir, "efakit")
+	t := n.T
+	bin := filepath.Join(n.Dir, "efakit")
 	b := exec.Command("go", "build", "-o", bin, "./cmd/efakit")
 	b.Dir = "../../plugin"
 	b.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -398,37 +399,37 @@ func (n *realNode) importDoctorImage() {
 	for _, a := range []string{"sh", "ls", "cat", "echo", "sleep"} {
 		links["/bin/"+a] = "busybox"
 	}
-	img, err := imageOf(map[string]string{"/bin/busybox": n.bins.busybox, "/bin/efakit": bin}, links, []string{"/bin/sh"})
+	img, err := harness.ImageOf(map[string]string{"/bin/busybox": n.Bins.Busybox, "/bin/efakit": bin}, links, []string{"/bin/sh"})
 	require.NoError(t, err)
 	tag, err := name.NewTag(doctorImage)
 	require.NoError(t, err)
-	file := filepath.Join(n.dir, "images", "doctor.tar")
+	file := filepath.Join(n.Dir, "images", "doctor.tar")
 	require.NoError(t, tarball.WriteToFile(file, tag, img))
-	out, err = exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "images", "import", "--all-platforms", file).CombinedOutput()
+	out, err = exec.Command(n.Bins.Ctr, "--address", n.Sock, "-n", "k8s.io", "images", "import", "--all-platforms", file).CombinedOutput()
 	require.NoError(t, err, "ctr images import: %s", out)
 }
 
 // doctorPod runs efakit doctor in a container with the node's sysfs (the
 // fixture the plugin reads) at /host/sys, and prints its JSON report.
 func (n *realNode) doctorPod(name string, limits corev1.ResourceList, claims ...corev1.PodResourceClaim) *corev1.Pod {
-	pod := n.printerPod(name, claims...)
+	pod := n.PrinterPod(name, claims...)
 	ctr := &pod.Spec.Containers[0]
 	ctr.Name, ctr.Image = "doctor", doctorImage
 	ctr.Command = []string{"sh", "-c", "efakit doctor --sysfs /host/sys -o json; echo '== end'; exec sleep 100000"}
 	ctr.Resources.Limits, ctr.Resources.Requests = limits, limits
 	ctr.VolumeMounts = []corev1.VolumeMount{{Name: "sys", MountPath: "/host/sys", ReadOnly: true}}
-	pod.Spec.Volumes = []corev1.Volume{{Name: "sys", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: n.unpack(p5Fixture)}}}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "sys", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: n.Unpack(p5Fixture)}}}}
 	return pod
 }
 
 // doctorReport runs a doctor pod and returns its report.
 func (n *realNode) doctorReport(t *testing.T, pod *corev1.Pod) doctorJSON {
 	t.Helper()
-	_, err := n.c.client.CoreV1().Pods(nodeNS).Create(context.Background(), pod, metav1.CreateOptions{})
+	_, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Create(context.Background(), pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	var logs string
-	eventually(t, func() bool {
-		b, err := n.c.client.CoreV1().Pods(nodeNS).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	harness.Eventually(t, func() bool {
+		b, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
 		logs = string(b)
 		return err == nil && strings.Contains(logs, "== end")
 	}, 90*time.Second, 200*time.Millisecond, func() string {
@@ -463,12 +464,12 @@ func (r doctorJSON) check(id string) (status, message string) {
 // four EFAs in the device metadata.
 func (n *realNode) checkDoctorInPod(t *testing.T) {
 	n.importDoctorImage()
-	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "four-efas", Namespace: nodeNS}}
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "four-efas", Namespace: harness.NodeNS}}
 	tmpl.Spec.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efas", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: resources.DefaultDeviceClass, Count: 4}}}
-	_, err := n.c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(context.Background(), tmpl, metav1.CreateOptions{})
-	require.NoError(t, createIgnoreExists(err))
+	_, err := n.CP.Client.ResourceV1().ResourceClaimTemplates(harness.NodeNS).Create(context.Background(), tmpl, metav1.CreateOptions{})
+	require.NoError(t, harness.CreateIgnoreExists(err))
 	ext := n.doctorReport(t, n.doctorPod("doctor-ext", efas(efaResource, 4)))
-	claim := n.doctorReport(t, n.doctorPod("doctor-claim", nil, templateClaim("efas", "four-efas")))
+	claim := n.doctorReport(t, n.doctorPod("doctor-claim", nil, harness.TemplateClaim("efas", "four-efas")))
 	assert.Equal(t, "pod", ext.Place)
 	require.Equal(t, len(claim.Checks), len(ext.Checks))
 	for _, c := range claim.Checks {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 const chartImage = "ghcr.io/efakit/efakit-plugin"
@@ -35,8 +36,8 @@ const chartImage = "ghcr.io/efakit/efakit-plugin"
 // (tools/image) and imports it into the node's containerd as
 // chartImage:e2e.
 func (n *realNode) importPluginImage() {
-	t := n.t
-	out := filepath.Join(n.dir, "images", "efakit-plugin")
+	t := n.T
+	out := filepath.Join(n.Dir, "images", "efakit-plugin")
 	b := exec.Command("go", "run", ".", "-o", out, "-version", "e2e")
 	b.Dir = "../../tools/image"
 	o, err := b.CombinedOutput()
@@ -64,7 +65,7 @@ func (n *realNode) importPluginImage() {
 	require.NoError(t, err)
 	file := out + ".tar"
 	require.NoError(t, tarball.WriteToFile(file, tag, img))
-	o, err = exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "images", "import", file).CombinedOutput()
+	o, err = exec.Command(n.Bins.Ctr, "--address", n.Sock, "-n", "k8s.io", "images", "import", file).CombinedOutput()
 	require.NoError(t, err, "ctr images import: %s", o)
 }
 
@@ -84,28 +85,28 @@ func (n *realNode) importPluginImage() {
 // it, and of the kubelet's plugins directory it sees and writes only its
 // driver's own. A pod then runs with an EFA prepared by the plugin pod.
 func TestRealNodeChart(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	ctx := context.Background()
 	n := startRealNode(t, c)
-	n.ensureNamespace()
+	n.EnsureNamespace()
 	n.importPluginImage()
 	const ns = "efakit-node"
-	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, createIgnoreExists(err))
-	port, err := freePort()
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, harness.CreateIgnoreExists(err))
+	port, err := harness.FreePort()
 	require.NoError(t, err)
-	apiPort := c.url[strings.LastIndex(c.url, ":")+1:]
+	apiPort := c.URL[strings.LastIndex(c.URL, ":")+1:]
 	// A file system under /sys, as cgroup, bpf or debugfs are on a node
 	// (a tmpfs in the node's mount namespace), and another driver's
 	// directory beside the plugin's in the kubelet's plugins directory.
-	sysDir := n.unpack(p5Fixture)
+	sysDir := n.Unpack(p5Fixture)
 	subMount := filepath.Join(sysDir, "fs", "cgroup")
 	require.NoError(t, os.MkdirAll(subMount, 0o755))
-	out, err := exec.Command("nsenter", "-t", strconv.Itoa(n.holder.Process.Pid), "-m", "--",
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(n.Holder.Process.Pid), "-m", "--",
 		"mount", "-t", "tmpfs", "-o", "mode=0755", "efakit-e2e", subMount).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	pluginsDir := filepath.Join(n.kubelet, "plugins")
+	pluginsDir := filepath.Join(n.Kubelet, "plugins")
 	otherDriver := filepath.Join(pluginsDir, "gpu.example.com")
 	require.NoError(t, os.MkdirAll(otherDriver, 0o750))
 	require.NoError(t, os.WriteFile(filepath.Join(otherDriver, "checkpoint.json"), []byte("{}"), 0o600))
@@ -124,29 +125,29 @@ affinity:
       nodeSelectorTerms:
       - matchExpressions:
         - {key: kubernetes.io/hostname, operator: In, values: [%s]}
-`, chartImage, pluginsDir, filepath.Join(n.kubelet, "plugins_registry"), filepath.Join(n.kubelet, "pod-resources"), n.cdi, sysDir, port, apiPort, n.name)
-	valuesFile := filepath.Join(n.dir, "values.yaml")
+`, chartImage, pluginsDir, filepath.Join(n.Kubelet, "plugins_registry"), filepath.Join(n.Kubelet, "pod-resources"), n.CDI, sysDir, port, apiPort, n.Name)
+	valuesFile := filepath.Join(n.Dir, "values.yaml")
 	require.NoError(t, os.WriteFile(valuesFile, []byte(values), 0o644))
 	var objs []runtime.Object
-	for _, o := range renderRelease(t, ns, ns, "-f", valuesFile) {
+	for _, o := range harness.RenderRelease(t, ns, ns, "-f", valuesFile) {
 		if _, ok := o.(*resourceapi.DeviceClass); ok {
 			// Cluster-wide, and made already by other tests.
-			_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, o.(*resourceapi.DeviceClass), metav1.CreateOptions{})
-			require.NoError(t, createIgnoreExists(err))
+			_, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, o.(*resourceapi.DeviceClass), metav1.CreateOptions{})
+			require.NoError(t, harness.CreateIgnoreExists(err))
 			continue
 		}
 		objs = append(objs, o)
 	}
-	apply(t, c.config, objs)
+	harness.Apply(t, c.Config, objs)
 	t.Cleanup(func() {
-		_ = c.client.AppsV1().DaemonSets(ns).Delete(context.Background(), ns+"-plugin", metav1.DeleteOptions{})
+		_ = c.Client.AppsV1().DaemonSets(ns).Delete(context.Background(), ns+"-plugin", metav1.DeleteOptions{})
 	})
 
 	// The DaemonSet's pod runs on the node and turns ready (registered
 	// with the kubelet).
 	var pod *corev1.Pod
-	eventually(t, func() bool {
-		l, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	harness.Eventually(t, func() bool {
+		l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil || len(l.Items) != 1 {
 			return false
 		}
@@ -158,14 +159,14 @@ affinity:
 		}
 		return false
 	}, 120*time.Second, 200*time.Millisecond, func() string {
-		return fmt.Sprintf("the chart's plugin pod ready; pod: %+v\nkubelet:\n%s", podStatus(pod), n.logTail("kubelet", 4000))
+		return fmt.Sprintf("the chart's plugin pod ready; pod: %+v\nkubelet:\n%s", podStatus(pod), n.LogTail("kubelet", 4000))
 	})
 	// The DaemonSet controller counts the pod after it turned ready.
 	assert.Eventually(t, func() bool {
-		ds, err := c.client.AppsV1().DaemonSets(ns).Get(ctx, ns+"-plugin", metav1.GetOptions{})
+		ds, err := c.Client.AppsV1().DaemonSets(ns).Get(ctx, ns+"-plugin", metav1.GetOptions{})
 		return err == nil && ds.Status.NumberReady == 1
 	}, 30*time.Second, 200*time.Millisecond, "the DaemonSet's status: one pod ready")
-	n.waitEFAs(t, 32)
+	n.WaitEFAs(t, 32)
 
 	// The container's view, from the node.
 	require.Len(t, pod.Status.ContainerStatuses, 1)
@@ -199,26 +200,26 @@ affinity:
 
 	// The plugin pod's slices passed the chart's admission policy with the
 	// pod's own token; a pod gets its EFA through it.
-	createSeed(t, c, "seed-claims.yaml")
-	got, claims := n.run(t, n.printerPod("via-chart", templateClaim("efa", "single-efa-claim")))
+	harness.CreateSeed(t, c, "seed-claims.yaml")
+	got, claims := n.run(t, n.PrinterPod("via-chart", harness.TemplateClaim("efa", "single-efa-claim")))
 	require.Len(t, got.Nodes, 1)
 	n.check(t, got, fixtureNodes(t, p5Fixture), claimsOf(claims), nil)
 	n.deletePod(t, "via-chart")
 	// The libfabric environment's check asks the node's kubelet (its
 	// PodResources API, mounted read-only; no Pod read from the API
 	// server): a claim with env: libfabric runs with its variables.
-	assert.Contains(t, strings.Split(mounts[filepath.Join(n.kubelet, "pod-resources")], ","), "ro", "the pod-resources directory, read-only")
-	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "chart-env", Namespace: nodeNS}}
+	assert.Contains(t, strings.Split(mounts[filepath.Join(n.Kubelet, "pod-resources")], ","), "ro", "the pod-resources directory, read-only")
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "chart-env", Namespace: harness.NodeNS}}
 	tmpl.Spec.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "efa.networking.k8s.aws", Count: 1}}}
 	tmpl.Spec.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"efa"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
 		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: resources.DefaultDriverName, Parameters: runtimeRaw(`{"apiVersion": "efakit.io/v1alpha1", "kind": "EFAConfig", "env": "libfabric"}`)}}}}
-	_, err = c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
-	require.NoError(t, createIgnoreExists(err))
-	withEnv, _ := n.run(t, n.printerPod("via-chart-env", templateClaim("efa", "chart-env")))
+	_, err = c.Client.ResourceV1().ResourceClaimTemplates(harness.NodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
+	require.NoError(t, harness.CreateIgnoreExists(err))
+	withEnv, _ := n.run(t, n.PrinterPod("via-chart-env", harness.TemplateClaim("efa", "chart-env")))
 	assert.Equal(t, "efa", withEnv.Env["FI_PROVIDER"], "the libfabric environment, checked through the kubelet")
 	assert.NotEmpty(t, withEnv.Env["FI_EFA_IFACE"])
 	n.deletePod(t, "via-chart-env")
-	logs, err := c.client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	logs, err := c.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	require.NoError(t, err)
 	assert.Contains(t, string(logs), `"Prepared claim"`, "the plugin pod prepared the claim")
 	_, err = os.Stat(filepath.Join(pluginsDir, "dra.net", "checkpoint.json"))
@@ -228,11 +229,11 @@ affinity:
 	// collector, not run here, would delete) stops on SIGTERM well within
 	// its 30 s grace period.
 	orphan := metav1.DeletePropagationOrphan
-	require.NoError(t, c.client.AppsV1().DaemonSets(ns).Delete(ctx, ns+"-plugin", metav1.DeleteOptions{PropagationPolicy: &orphan}))
+	require.NoError(t, c.Client.AppsV1().DaemonSets(ns).Delete(ctx, ns+"-plugin", metav1.DeleteOptions{PropagationPolicy: &orphan}))
 	start := time.Now()
-	require.NoError(t, c.client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}))
+	require.NoError(t, c.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		_, err := c.client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		_, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}, 60*time.Second, 200*time.Millisecond, "the plugin pod gone")
 	assert.Less(t, time.Since(start), 20*time.Second, "the plugin stopped on SIGTERM, not at the end of its grace period")
@@ -240,14 +241,14 @@ affinity:
 	// The kubelet deletes the node's slices of a driver 30 s after its
 	// last plugin went (its wiping delay): an uninstall leaves none.
 	gone := time.Now()
-	eventually(t, func() bool { return len(n.publishedEFAs(t)) == 0 }, 90*time.Second, 500*time.Millisecond,
-		func() string { return fmt.Sprintf("%d dra.net devices still published", len(n.publishedEFAs(t))) })
+	harness.Eventually(t, func() bool { return len(n.PublishedEFAs(t)) == 0 }, 90*time.Second, 500*time.Millisecond,
+		func() string { return fmt.Sprintf("%d dra.net devices still published", len(n.PublishedEFAs(t))) })
 	t.Logf("the node's dra.net slices deleted %s after the plugin stopped", time.Since(gone).Round(time.Second))
 }
 
 // taskPID is the node's PID of a container's process (containerd's task).
 func (n *realNode) taskPID(t *testing.T, id string) int {
-	out, err := exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "tasks", "ls").CombinedOutput()
+	out, err := exec.Command(n.Bins.Ctr, "--address", n.Sock, "-n", "k8s.io", "tasks", "ls").CombinedOutput()
 	require.NoError(t, err, "ctr tasks ls: %s", out)
 	for _, l := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(l); len(f) >= 2 && f[0] == id {

@@ -25,6 +25,7 @@ import (
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/events"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // Faults on the real node, each as a user meets it: what the pods and the
@@ -43,7 +44,7 @@ var (
 // in place: the plugin holds the tree's root open.
 func (n *realNode) renumberUverbs(t *testing.T, fixture string, to map[int]int) {
 	t.Helper()
-	dir := n.unpack(fixture)
+	dir := n.Unpack(fixture)
 	num := func(name string) (int, bool) {
 		m := uverbsIn.FindStringSubmatch(name)
 		if m == nil || m[0] != name {
@@ -98,14 +99,14 @@ func (n *realNode) renumberUverbs(t *testing.T, fixture string, to map[int]int) 
 // nodeShell runs a shell script in the node's mount namespace.
 func (n *realNode) nodeShell(t *testing.T, script string) string {
 	t.Helper()
-	out, err := exec.Command("nsenter", "-t", strconv.Itoa(n.holder.Process.Pid), "-m", "--", "sh", "-c", script).CombinedOutput()
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(n.Holder.Process.Pid), "-m", "--", "sh", "-c", script).CombinedOutput()
 	require.NoError(t, err, "%s: %s", script, out)
 	return string(out)
 }
 
 // readyz is the plugin's readiness: the status code and the body.
 func (n *realNode) readyz(t *testing.T) (int, string) {
-	resp, err := http.Get(n.pluginHTTP + "/readyz")
+	resp, err := http.Get(n.PluginHTTP + "/readyz")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -114,7 +115,7 @@ func (n *realNode) readyz(t *testing.T) (int, string) {
 
 // podEvents are the messages of the Events about a pod.
 func (n *realNode) podEvents(name string) []string {
-	ev, err := n.c.client.CoreV1().Events(nodeNS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	ev, err := n.CP.Client.CoreV1().Events(harness.NodeNS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		return nil
 	}
@@ -133,7 +134,7 @@ func (n *realNode) nodeEvents(reason string) []string {
 // eventMessages are the messages of the Events in namespace ns that the
 // field selector picks.
 func (n *realNode) eventMessages(ns, selector string) []string {
-	ev, err := n.c.client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: selector})
+	ev, err := n.CP.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: selector})
 	if err != nil {
 		return nil
 	}
@@ -147,9 +148,9 @@ func (n *realNode) eventMessages(ns, selector string) []string {
 // prepared is the plugin's checkpoint: the prepared claims by UID.
 func (n *realNode) prepared(t *testing.T) map[string]checkpoint.Claim {
 	t.Helper()
-	id, err := os.ReadFile(filepath.Join(n.dir, "proc/sys/kernel/random/boot_id"))
+	id, err := os.ReadFile(filepath.Join(n.Dir, "proc/sys/kernel/random/boot_id"))
 	require.NoError(t, err)
-	st, err := checkpoint.NewStore(filepath.Join(n.kubelet, "plugins", resources.DefaultDriverName)).Load(strings.TrimSpace(string(id)))
+	st, err := checkpoint.NewStore(filepath.Join(n.Kubelet, "plugins", resources.DefaultDriverName)).Load(strings.TrimSpace(string(id)))
 	require.NoError(t, err)
 	return st.Claims
 }
@@ -158,7 +159,7 @@ func (n *realNode) prepared(t *testing.T) map[string]checkpoint.Claim {
 // of the CDI directory whose name is dra.net's (temporary files).
 func (n *realNode) specs(t *testing.T) (uids, other []string) {
 	t.Helper()
-	w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
+	w, err := cdi.NewWriter(n.CDI, resources.DefaultDriverName)
 	require.NoError(t, err)
 	f, err := w.List()
 	require.NoError(t, err)
@@ -176,7 +177,7 @@ func (n *realNode) specs(t *testing.T) (uids, other []string) {
 func (n *realNode) preparedMismatch(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
-	pods, err := n.c.client.CoreV1().Pods(nodeNS).List(ctx, metav1.ListOptions{})
+	pods, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	want := map[string][]string{}
 	for _, p := range pods.Items {
@@ -184,7 +185,7 @@ func (n *realNode) preparedMismatch(t *testing.T) string {
 			continue // a pod whose prepare failed holds nothing
 		}
 		for _, s := range p.Status.ResourceClaimStatuses {
-			c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
+			c, err := n.CP.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
 			require.NoError(t, err)
 			want[string(c.UID)] = allocated(resources.DefaultDriverName, c)
 		}
@@ -245,23 +246,23 @@ func (n *realNode) checkPrepared(t *testing.T) {
 // deleted and restarted; the API server's watch cache reset under the
 // plugin's slice informer; the CDI directory full, then read-only.
 func TestRealNodeFaults(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	ctx := context.Background()
-	n := startRealNodeWith(t, c, nodeOptions{cdiSize: "1m"})
-	n.ensureNamespace()
-	require.Len(t, n.startAccelDriver(p5Fixture), 8)
-	n.startEFAKit(p5Fixture)
-	n.waitEFAs(t, 32)
-	createSeed(t, c, "seed-claims.yaml")
+	n := startRealNodeWith(t, c, harness.NodeOptions{CDISize: "1m"})
+	n.EnsureNamespace()
+	require.Len(t, n.StartAccelDriver(p5Fixture), 8)
+	n.StartEFAKit(p5Fixture)
+	n.WaitEFAs(t, 32)
+	harness.CreateSeed(t, c, "seed-claims.yaml")
 	nodes := fixtureNodes(t, p5Fixture)
 
 	t.Run("renumbered-while-running", func(t *testing.T) {
-		got, claims := n.run(t, n.printerPod("renum", templateClaim("efa", "single-efa-claim")))
+		got, claims := n.run(t, n.PrinterPod("renum", harness.TemplateClaim("efa", "single-efa-claim")))
 		defer n.deletePod(t, "renum") // whatever fails: the next test finds the EFAs free
 		require.Len(t, got.Nodes, 1)
 		cl := claimsOf(claims)[0]
-		dev := n.publishedEFAs(t)[allocated(resources.DefaultDriverName, cl)[0]]
+		dev := n.PublishedEFAs(t)[allocated(resources.DefaultDriverName, cl)[0]]
 		addr := *dev.Attributes[resources.AttrPCIAddr].StringValue
 		var mine int
 		_, err := fmt.Sscanf(strings.Fields(got.Nodes[0])[0], "/dev/infiniband/uverbs%d", &mine)
@@ -275,9 +276,9 @@ func TestRealNodeFaults(t *testing.T) {
 		}()
 		now := fmt.Sprintf("/dev/infiniband/uverbs%d 231:%d", other, 192+other)
 		n.rescan() // the scan a uevent or the next health check makes
-		w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
+		w, err := cdi.NewWriter(n.CDI, resources.DefaultDriverName)
 		require.NoError(t, err)
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			spec, err := w.Load(string(cl.UID))
 			if err != nil || len(spec.Devices) == 0 || len(spec.Devices[0].ContainerEdits.DeviceNodes) == 0 {
 				return false
@@ -285,11 +286,11 @@ func TestRealNodeFaults(t *testing.T) {
 			d := spec.Devices[0].ContainerEdits.DeviceNodes[0]
 			return fmt.Sprintf("%s %d:%d", d.Path, d.Major, d.Minor) == now
 		}, 30*time.Second, 100*time.Millisecond, func() string {
-			return fmt.Sprintf("the claim's spec corrected while the plugin runs; plugin:\n%s", n.logTail("efakit-plugin", 3000))
+			return fmt.Sprintf("the claim's spec corrected while the plugin runs; plugin:\n%s", n.LogTail("efakit-plugin", 3000))
 		})
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			for _, m := range n.nodeEvents(events.ReasonRenumbered) {
-				if strings.Contains(m, "EFAs of claim "+nodeNS+"/"+cl.Name+" renumbered") && strings.Contains(m, "pods "+nodeNS+"/renum ") {
+				if strings.Contains(m, "EFAs of claim "+harness.NodeNS+"/"+cl.Name+" renumbered") && strings.Contains(m, "pods "+harness.NodeNS+"/renum ") {
 					return true
 				}
 			}
@@ -317,22 +318,22 @@ func TestRealNodeFaults(t *testing.T) {
 		if d, err := time.ParseDuration(os.Getenv("EFAKIT_API_DOWN")); err == nil {
 			down = d
 		}
-		_, steadyClaims := n.run(t, n.printerPod("steady", templateClaim("efa", "single-efa-claim")))
-		_, leavingClaims := n.run(t, n.printerPod("leaving", templateClaim("efa", "single-efa-claim")))
+		_, steadyClaims := n.run(t, n.PrinterPod("steady", harness.TemplateClaim("efa", "single-efa-claim")))
+		_, leavingClaims := n.run(t, n.PrinterPod("leaving", harness.TemplateClaim("efa", "single-efa-claim")))
 		leaving := claimsOf(leavingClaims)[0]
 		// Created and deleted just before the API server goes: the
 		// kubelet is starting, preparing and stopping pods as it goes.
 		zero := int64(0)
-		require.NoError(t, c.client.CoreV1().Pods(nodeNS).Delete(ctx, "leaving", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+		require.NoError(t, c.Client.CoreV1().Pods(harness.NodeNS).Delete(ctx, "leaving", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 		// Two on their way through the kubelet, two not yet scheduled.
 		for i := range 4 {
-			_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod(fmt.Sprintf("arriving-%d", i), templateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
+			_, err := c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, n.PrinterPod(fmt.Sprintf("arriving-%d", i), harness.TemplateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
 			require.NoError(t, err)
 			if i == 1 {
 				time.Sleep(700 * time.Millisecond)
 			}
 		}
-		c.stopAPIServer()
+		c.StopAPIServer()
 		went := time.Now()
 		// A container restarts while the API server is away: the kubelet
 		// starts it again from the spec on disk.
@@ -340,9 +341,9 @@ func TestRealNodeFaults(t *testing.T) {
 		steadyTask := n.podTask(t, "steady")
 		n.killContainer(t, steadyTask)
 		require.Eventually(t, func() bool { return n.podTask(t, "steady") != steadyTask }, 60*time.Second, 200*time.Millisecond,
-			"steady's container restarted while the API server is down; kubelet:\n%s", n.logTail("kubelet", 3000))
+			"steady's container restarted while the API server is down; kubelet:\n%s", n.LogTail("kubelet", 3000))
 		time.Sleep(time.Until(went.Add(down)))
-		require.NoError(t, c.startAPIServer())
+		require.NoError(t, c.StartAPIServer())
 		back := time.Now()
 		// How long the pods that arrived may take is Kubernetes' to say,
 		// not efakit's. The claim controller retries a failed create after
@@ -367,11 +368,11 @@ func TestRealNodeFaults(t *testing.T) {
 		// timestamps are whole seconds).
 		for i := range 4 {
 			name := fmt.Sprintf("arriving-%d", i)
-			p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+			p, err := c.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, name, metav1.GetOptions{})
 			require.NoError(t, err)
 			var claimMade, scheduled, started time.Time
 			if len(p.Status.ResourceClaimStatuses) > 0 {
-				if cl, err := c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{}); err == nil {
+				if cl, err := c.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{}); err == nil {
 					claimMade = cl.CreationTimestamp.Time
 				}
 			}
@@ -395,7 +396,7 @@ func TestRealNodeFaults(t *testing.T) {
 			}
 		}
 		require.Eventually(t, func() bool {
-			_, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "leaving", metav1.GetOptions{})
+			_, err := c.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, "leaving", metav1.GetOptions{})
 			uids, _ := n.specs(t)
 			gone := apierrors.IsNotFound(err)
 			for _, u := range uids {
@@ -428,24 +429,24 @@ func TestRealNodeFaults(t *testing.T) {
 		// resource version it saw; with etcd compacted past it while the
 		// API server was away, the answer is 410 Gone (too old), and the
 		// informer lists again.
-		before := n.publishedEFAs(t)
-		lists := func() int { return len(sliceLists.FindAllString(n.logTail("efakit-plugin", 1<<30), -1)) }
+		before := n.PublishedEFAs(t)
+		lists := func() int { return len(sliceLists.FindAllString(n.LogTail("efakit-plugin", 1<<30), -1)) }
 		listed := lists()
 		for i := range 50 {
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rv-%d", i)}}
-			_, err := c.client.CoreV1().ConfigMaps(nodeNS).Create(ctx, cm, metav1.CreateOptions{})
+			_, err := c.Client.CoreV1().ConfigMaps(harness.NodeNS).Create(ctx, cm, metav1.CreateOptions{})
 			require.NoError(t, err)
 		}
-		c.stopAPIServer()
-		require.NoError(t, c.compactEtcd())
-		require.NoError(t, c.startAPIServer())
+		c.StopAPIServer()
+		require.NoError(t, c.CompactEtcd())
+		require.NoError(t, c.StartAPIServer())
 		require.Eventually(t, func() bool { return lists() > listed }, 60*time.Second, 200*time.Millisecond,
-			"the plugin's slice informer listed again (its watch was too old for the new watch cache: 410 Gone); plugin:\n%s", n.logTail("efakit-plugin", 3000))
+			"the plugin's slice informer listed again (its watch was too old for the new watch cache: 410 Gone); plugin:\n%s", n.LogTail("efakit-plugin", 3000))
 		// The informer works: a slice deleted by someone else is back.
-		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name})
+		l, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.Name})
 		require.NoError(t, err)
 		require.NotEmpty(t, l.Items)
-		require.NoError(t, c.client.ResourceV1().ResourceSlices().Delete(ctx, l.Items[0].Name, metav1.DeleteOptions{}))
+		require.NoError(t, c.Client.ResourceV1().ResourceSlices().Delete(ctx, l.Items[0].Name, metav1.DeleteOptions{}))
 		// The plugin has two slice informers: its watch of the node's
 		// slices and the ResourceSlice controller's, which writes the
 		// slice back. The first to list again ends the wait above; the
@@ -454,20 +455,20 @@ func TestRealNodeFaults(t *testing.T) {
 		// again of jitter (k8s.io/client-go/tools/cache/reflector.go,
 		// defaultBackoffMax and defaultBackoffJitter), before it lists and
 		// the controller syncs (1 to 3 s).
-		require.Eventually(t, func() bool { return len(n.publishedEFAs(t)) == len(before) }, 90*time.Second, 100*time.Millisecond,
-			"the deleted slice published again after the watch reset; plugin:\n%s", n.logTail("efakit-plugin", 3000))
-		got, claims := n.run(t, n.printerPod("after-reset", templateClaim("efa", "single-efa-claim")))
+		require.Eventually(t, func() bool { return len(n.PublishedEFAs(t)) == len(before) }, 90*time.Second, 100*time.Millisecond,
+			"the deleted slice published again after the watch reset; plugin:\n%s", n.LogTail("efakit-plugin", 3000))
+		got, claims := n.run(t, n.PrinterPod("after-reset", harness.TemplateClaim("efa", "single-efa-claim")))
 		n.check(t, got, nodes, claimsOf(claims), nil)
 		n.deletePod(t, "after-reset")
 	})
 
 	t.Run("cdi-directory-full", func(t *testing.T) {
-		n.nodeShell(t, fmt.Sprintf("cat /dev/zero > %q/filler 2>/dev/null; cat /dev/zero > %q/filler2 2>/dev/null; true", n.cdi, n.cdi))
-		defer n.nodeShell(t, fmt.Sprintf("rm -f %q/filler %q/filler2", n.cdi, n.cdi))
-		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("on-full", templateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
+		n.nodeShell(t, fmt.Sprintf("cat /dev/zero > %q/filler 2>/dev/null; cat /dev/zero > %q/filler2 2>/dev/null; true", n.CDI, n.CDI))
+		defer n.nodeShell(t, fmt.Sprintf("rm -f %q/filler %q/filler2", n.CDI, n.CDI))
+		_, err := c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, n.PrinterPod("on-full", harness.TemplateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
 		require.NoError(t, err)
 		const why = "no space left on device (the file system is full: free space; the kubelet retries the prepare)"
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			return strings.Contains(strings.Join(n.podEvents("on-full"), "\n"), why)
 		}, 60*time.Second, 200*time.Millisecond, func() string { return fmt.Sprintf("the pod's events say why; events: %v", n.podEvents("on-full")) })
 		require.Eventually(t, func() bool {
@@ -478,10 +479,10 @@ func TestRealNodeFaults(t *testing.T) {
 		t.Logf("the pod's event: %s\n/readyz: %d %s", lastMatching(n.podEvents("on-full"), why), code, body)
 		assert.NotEmpty(t, n.nodeEvents(events.ReasonStorage), "an Event on the Node")
 		n.checkPrepared(t) // nothing half-written: no spec, no temporary file, no checkpoint entry
-		n.nodeShell(t, fmt.Sprintf("rm -f %q/filler %q/filler2", n.cdi, n.cdi))
+		n.nodeShell(t, fmt.Sprintf("rm -f %q/filler %q/filler2", n.CDI, n.CDI))
 		// The next prepare works. (The kubelet tries the waiting pod again
 		// at its next resync, 60-90 s later: the next pod shows it sooner.)
-		got, claims := n.run(t, n.printerPod("after-full", templateClaim("efa", "single-efa-claim")))
+		got, claims := n.run(t, n.PrinterPod("after-full", harness.TemplateClaim("efa", "single-efa-claim")))
 		n.check(t, got, nodes, claimsOf(claims), nil)
 		require.Eventually(t, func() bool { code, _ := n.readyz(t); return code == http.StatusOK }, 30*time.Second, 200*time.Millisecond, "ready again")
 		n.deletePod(t, "on-full")
@@ -490,23 +491,23 @@ func TestRealNodeFaults(t *testing.T) {
 	})
 
 	t.Run("cdi-directory-read-only", func(t *testing.T) {
-		n.nodeShell(t, fmt.Sprintf("mount -o remount,ro %q", n.cdi))
-		defer n.nodeShell(t, fmt.Sprintf("mount -o remount,rw %q", n.cdi))
-		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("on-ro", templateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
+		n.nodeShell(t, fmt.Sprintf("mount -o remount,ro %q", n.CDI))
+		defer n.nodeShell(t, fmt.Sprintf("mount -o remount,rw %q", n.CDI))
+		_, err := c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, n.PrinterPod("on-ro", harness.TemplateClaim("efa", "single-efa-claim")), metav1.CreateOptions{})
 		require.NoError(t, err)
 		const why = "read-only file system (the directory is read-only: make it writable; the kubelet retries the prepare)"
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			return strings.Contains(strings.Join(n.podEvents("on-ro"), "\n"), why)
 		}, 60*time.Second, 200*time.Millisecond, func() string { return fmt.Sprintf("the pod's events say why; events: %v", n.podEvents("on-ro")) })
 		require.Eventually(t, func() bool {
 			code, body := n.readyz(t)
-			return code == http.StatusServiceUnavailable && body == "cannot prepare: "+n.cdi+" is on a read-only file system"
+			return code == http.StatusServiceUnavailable && body == "cannot prepare: "+n.CDI+" is on a read-only file system"
 		}, 30*time.Second, 200*time.Millisecond, "readiness says why")
 		code, body := n.readyz(t)
 		t.Logf("the pod's event: %s\n/readyz: %d %s", lastMatching(n.podEvents("on-ro"), why), code, body)
 		n.checkPrepared(t)
-		n.nodeShell(t, fmt.Sprintf("mount -o remount,rw %q", n.cdi))
-		got, claims := n.run(t, n.printerPod("after-ro", templateClaim("efa", "single-efa-claim")))
+		n.nodeShell(t, fmt.Sprintf("mount -o remount,rw %q", n.CDI))
+		got, claims := n.run(t, n.PrinterPod("after-ro", harness.TemplateClaim("efa", "single-efa-claim")))
 		n.check(t, got, nodes, claimsOf(claims), nil)
 		require.Eventually(t, func() bool { code, _ := n.readyz(t); return code == http.StatusOK }, 30*time.Second, 200*time.Millisecond, "ready again")
 		n.deletePod(t, "on-ro")
@@ -519,10 +520,10 @@ func TestRealNodeFaults(t *testing.T) {
 // containerd (the API server may be away): "" when none runs.
 func (n *realNode) podTask(t *testing.T, pod string) string {
 	t.Helper()
-	out, err := exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "containers", "ls", "--quiet",
+	out, err := exec.Command(n.Bins.Ctr, "--address", n.Sock, "-n", "k8s.io", "containers", "ls", "--quiet",
 		`labels."io.kubernetes.pod.name"==`+pod+`,labels."io.kubernetes.container.name"==print`).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	tasks, err := exec.Command(n.bins.ctr, "--address", n.sock, "-n", "k8s.io", "tasks", "ls").CombinedOutput()
+	tasks, err := exec.Command(n.Bins.Ctr, "--address", n.Sock, "-n", "k8s.io", "tasks", "ls").CombinedOutput()
 	require.NoError(t, err, "%s", tasks)
 	running := map[string]bool{}
 	for _, l := range strings.Split(string(tasks), "\n") {

@@ -21,6 +21,7 @@ import (
 	"github.com/efakit/efakit/plugin/driver/claimstatus"
 	"github.com/efakit/efakit/plugin/driver/events"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // counterFile is the counter file rel (under the RDMA device's directory:
@@ -29,7 +30,7 @@ import (
 func (n *realNode) counterFile(t *testing.T, fixture, addr, rel string) string {
 	t.Helper()
 	var found string
-	root := n.unpack(fixture)
+	root := n.Unpack(fixture)
 	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() && strings.Contains(p, "/"+addr+"/infiniband/") && strings.HasSuffix(p, "/"+rel) {
 			found = p
@@ -75,7 +76,7 @@ func keepAdvancing(t *testing.T, file string, by uint64, period time.Duration) (
 // taintsOf are the published device's taints as key=value:effect.
 func (n *realNode) taintsOf(t *testing.T, dev string) []string {
 	var out []string
-	for _, tt := range n.publishedEFAs(t)[dev].Taints {
+	for _, tt := range n.PublishedEFAs(t)[dev].Taints {
 		out = append(out, fmt.Sprintf("%s=%s:%s", tt.Key, tt.Value, tt.Effect))
 	}
 	return out
@@ -87,30 +88,30 @@ func (n *realNode) taintsOf(t *testing.T, dev string) []string {
 // own health checks still find a port gone DOWN and taint its EFA within
 // one health interval, and lift the taint when it is ACTIVE again.
 func TestRealNodeHealthWithoutStream(t *testing.T) {
-	c := apiServer(t)
-	n := startRealNodeWith(t, c, nodeOptions{kubeletGates: map[string]bool{"ResourceHealthStatus": false, "ResourceHealthStatusMessage": false}})
+	c := harness.APIServer(t)
+	n := startRealNodeWith(t, c, harness.NodeOptions{KubeletGates: map[string]bool{"ResourceHealthStatus": false, "ResourceHealthStatusMessage": false}})
 	const interval = 2 * time.Second
 	// No periodic rescan for an hour, and a port's state sends no
 	// uevent: only the health checks can find the port DOWN.
-	n.startEFAKit(p5Fixture, "--set", "healthInterval="+interval.String(), "--set", "rescanInterval=1h")
-	n.waitEFAs(t, 32)
+	n.StartEFAKit(p5Fixture, "--set", "healthInterval="+interval.String(), "--set", "rescanInterval=1h")
+	n.WaitEFAs(t, 32)
 
 	const addr, dev = "0000:50:00.0", "efa-0000-50-00-0"
 	state := n.portState(t, p5Fixture, addr)
 	require.NoError(t, os.WriteFile(state, []byte("1: DOWN\n"), 0o644))
 	start := time.Now()
-	eventually(t, func() bool { return len(n.taintsOf(t, dev)) == 1 }, 30*time.Second, 50*time.Millisecond,
-		func() string { return "no taint; plugin log:\n" + n.logTail("efakit-plugin", 3000) })
+	harness.Eventually(t, func() bool { return len(n.taintsOf(t, dev)) == 1 }, 30*time.Second, 50*time.Millisecond,
+		func() string { return "no taint; plugin log:\n" + n.LogTail("efakit-plugin", 3000) })
 	took := time.Since(start)
 	t.Logf("tainted %s after the port went DOWN (health interval %s): %v", took.Round(time.Millisecond), interval, n.taintsOf(t, dev))
 	assert.Equal(t, []string{"dra.net/unhealthy=port-not-active:NoSchedule"}, n.taintsOf(t, dev))
 	// One interval, and the publish's round trip with slack for a busy
 	// machine: far below the hour's rescan that would otherwise find it.
 	assert.Less(t, took, interval+8*time.Second, "within one health interval (and the publish)")
-	assert.NotContains(t, n.pluginLog(), "The kubelet reads the devices' health", "this kubelet never opened the stream")
+	assert.NotContains(t, n.PluginLog(), "The kubelet reads the devices' health", "this kubelet never opened the stream")
 
 	require.NoError(t, os.WriteFile(state, []byte("4: ACTIVE\n"), 0o644))
-	eventually(t, func() bool { return len(n.taintsOf(t, dev)) == 0 }, 30*time.Second, 50*time.Millisecond,
+	harness.Eventually(t, func() bool { return len(n.taintsOf(t, dev)) == 0 }, 30*time.Second, 50*time.Millisecond,
 		func() string { return fmt.Sprint(n.taintsOf(t, dev)) })
 }
 
@@ -125,22 +126,22 @@ func TestRealNodeHealthWithoutStream(t *testing.T) {
 // Event on the Node, as kubectl shows them. Then the efa module reloads
 // under the running pod (driver-reload).
 func TestRealNodeGradedHealth(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	n := startRealNode(t, c)
-	n.ensureNamespace()
-	n.startEFAKit(p5Fixture, "--set", "healthInterval=1s", "--set", "health.window=20s", "--set", "logVerbosity=4")
-	n.waitEFAs(t, 32)
-	published := n.publishedEFAs(t)
+	n.EnsureNamespace()
+	n.StartEFAKit(p5Fixture, "--set", "healthInterval=1s", "--set", "health.window=20s", "--set", "logVerbosity=4")
+	n.WaitEFAs(t, 32)
+	published := n.PublishedEFAs(t)
 	ctx := context.Background()
-	four := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "four-efas", Namespace: nodeNS},
+	four := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "four-efas", Namespace: harness.NodeNS},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{{Name: "efas", Exactly: &resourceapi.ExactDeviceRequest{
 				DeviceClassName: resources.DefaultDeviceClass, Count: 4}}}}}}}
-	_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, four, metav1.CreateOptions{})
-	require.NoError(t, createIgnoreExists(err))
+	_, err := c.Client.ResourceV1().ResourceClaimTemplates(harness.NodeNS).Create(ctx, four, metav1.CreateOptions{})
+	require.NoError(t, harness.CreateIgnoreExists(err))
 
-	printed, claims := n.run(t, n.printerPod("graded", templateClaim("efas", "four-efas")))
+	printed, claims := n.run(t, n.PrinterPod("graded", harness.TemplateClaim("efas", "four-efas")))
 	require.Len(t, printed.Nodes, 4)
 	claim := claims["efas"].Name
 	results := claims["efas"].Status.Allocation.Devices.Results
@@ -150,12 +151,12 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	// list them.
 	dev := results[2].Device
 	addr := *published[dev].Attributes[resources.AttrPCIAddr].StringValue
-	assert.Contains(t, n.pluginLog(), "The kubelet reads the devices' health", "this kubelet holds the stream")
+	assert.Contains(t, n.PluginLog(), "The kubelet reads the devices' health", "this kubelet holds the stream")
 
 	// podHealth is the pod's health entries of the request, by the
 	// device each names: its own CDI device, dra.net/efa=<claim UID>-efas_<device>.
 	podHealth := func() map[string][2]string {
-		p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
+		p, err := c.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, "graded", metav1.GetOptions{})
 		require.NoError(t, err)
 		out := map[string][2]string{}
 		for _, cs := range p.Status.ContainerStatuses {
@@ -179,14 +180,14 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	views := func(grade string) string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "--- %s: kubectl get resourceslice (device %s) -o yaml | grep -A4 taints:\n", grade, dev)
-		taints, err := yaml.Marshal(n.publishedEFAs(t)[dev].Taints)
+		taints, err := yaml.Marshal(n.PublishedEFAs(t)[dev].Taints)
 		require.NoError(t, err)
 		b.Write(taints)
 		fmt.Fprintf(&b, "--- kubectl get resourceclaim %s -o yaml (status.devices[2].conditions):\n", claim)
 		conds, err := yaml.Marshal(n.statusEntries(t, claim)[dev].Conditions)
 		require.NoError(t, err)
 		b.Write(conds)
-		p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
+		p, err := c.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, "graded", metav1.GetOptions{})
 		require.NoError(t, err)
 		fmt.Fprintf(&b, "--- kubectl get pod graded -o yaml (status.containerStatuses[0].allocatedResourcesStatus):\n")
 		st, err := yaml.Marshal(p.Status.ContainerStatuses[0].AllocatedResourcesStatus)
@@ -200,7 +201,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 			}
 		}
 		var lines, graded []string
-		for _, l := range strings.Split(n.pluginLog(), "\n") {
+		for _, l := range strings.Split(n.PluginLog(), "\n") {
 			switch {
 			case strings.Contains(l, "\"Graded\""):
 				graded = append(graded, l)
@@ -211,7 +212,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 		if len(graded) > 3 {
 			graded = graded[len(graded)-3:]
 		}
-		fmt.Fprintf(&b, "--- plugin log, scans left out:\n%s\n--- the last checks:\n%s\n", lastBytes(strings.Join(lines, "\n"), 5000), strings.Join(graded, "\n"))
+		fmt.Fprintf(&b, "--- plugin log, scans left out:\n%s\n--- the last checks:\n%s\n", harness.LastBytes(strings.Join(lines, "\n"), 5000), strings.Join(graded, "\n"))
 		return b.String()
 	}
 	condition := func() metav1.Condition {
@@ -222,7 +223,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	// an entry of its own.
 	grade := func(name, taint, reason, healthNow, msgPrefix string, since time.Time, after string) {
 		t.Helper()
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			tt := n.taintsOf(t, dev)
 			h := podHealth()
 			cond := condition()
@@ -262,8 +263,8 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, condition().Status)
 
 	deviceEvents := func() map[string]string {
-		evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name})
+		evs, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.Name})
 		require.NoError(t, err)
 		seen := map[string]string{}
 		for _, e := range evs.Items {
@@ -274,7 +275,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 		return seen
 	}
 	seen := deviceEvents()
-	t.Logf("kubectl events --for node/%s (device %s): %v", n.name, dev, seen)
+	t.Logf("kubectl events --for node/%s (device %s): %v", n.Name, dev, seen)
 	assert.Contains(t, seen[dev+" "+events.ReasonDegraded], corev1.EventTypeWarning+": EFA "+dev)
 	assert.Contains(t, seen[dev+" "+events.ReasonDegraded], "failed RDMA work requests in 20s (limit 10); still allocated")
 	assert.Contains(t, seen[dev+" "+events.ReasonUnhealthy], "admin commands without completion in 20s (limit 1)")
@@ -282,7 +283,7 @@ func TestRealNodeGradedHealth(t *testing.T) {
 	assert.Contains(t, seen[dev+" "+events.ReasonHealthy], "is healthy again")
 
 	// The pod ran on through every grade: no grade but NoExecute evicts.
-	p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "graded", metav1.GetOptions{})
+	p, err := c.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, "graded", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, corev1.PodRunning, p.Status.Phase)
 
@@ -300,19 +301,19 @@ func TestRealNodeGradedHealth(t *testing.T) {
 // publishes leave the rule as the admin wrote it; deleting the rule
 // undoes the drain, and the plugin's own taint stays.
 func TestRealNodeDeviceTaintRule(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	n := startRealNode(t, c)
-	n.ensureNamespace()
-	n.startEFAKit(p5Fixture, "--set", "healthInterval=1s")
-	n.waitEFAs(t, 32)
+	n.EnsureNamespace()
+	n.StartEFAKit(p5Fixture, "--set", "healthInterval=1s")
+	n.WaitEFAs(t, 32)
 	ctx := context.Background()
-	claims := c.client.ResourceV1().ResourceClaims(nodeNS)
+	claims := c.Client.ResourceV1().ResourceClaims(harness.NodeNS)
 
 	// The plugin's own taint: 0000:50:00.0's port DOWN.
 	const downDev = "efa-0000-50-00-0"
 	require.NoError(t, os.WriteFile(n.portState(t, p5Fixture, "0000:50:00.0"), []byte("1: DOWN\n"), 0o644))
-	eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 1 }, 30*time.Second, 50*time.Millisecond,
+	harness.Eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 1 }, 30*time.Second, 50*time.Millisecond,
 		func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
 
 	at := func(name, addr string, tolerate bool) *resourceapi.ResourceClaim {
@@ -328,7 +329,7 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 			req.Tolerations = []resourceapi.DeviceToleration{{Key: "example.com/drain", Operator: resourceapi.DeviceTolerationOpExists,
 				Effect: resourceapi.DeviceTaintEffectNoExecute}}
 		}
-		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeNS}}
+		cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: harness.NodeNS}}
 		cl.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &req}}
 		_, err := claims.Create(ctx, cl, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -341,7 +342,7 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 		for _, name := range names {
 			_ = claims.Delete(ctx, name, metav1.DeleteOptions{})
 		}
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			l, err := claims.List(ctx, metav1.ListOptions{})
 			require.NoError(t, err)
 			for _, cl := range l.Items {
@@ -355,23 +356,23 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 	removeClaims()
 	t.Cleanup(removeClaims)
 	at("victim", "0000:4f:00.0", false)
-	n.run(t, n.printerPod("victim", sharedClaim("efa", "victim")))
+	n.run(t, n.PrinterPod("victim", sharedClaim("efa", "victim")))
 
 	// The admin drains every EFA of the node.
-	driver, pool := "dra.net", n.name
-	rule := &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "drain-" + n.name},
+	driver, pool := "dra.net", n.Name
+	rule := &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "drain-" + n.Name},
 		Spec: resourceapi.DeviceTaintRuleSpec{
 			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: &driver, Pool: &pool},
 			Taint:          resourceapi.DeviceTaint{Key: "example.com/drain", Value: "maintenance", Effect: resourceapi.DeviceTaintEffectNoExecute},
 		}}
-	rule, err := c.client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{})
+	rule, err := c.Client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = c.client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{})
+		_ = c.Client.ResourceV1().DeviceTaintRules().Delete(context.Background(), rule.Name, metav1.DeleteOptions{})
 	})
 	start := time.Now()
-	eventually(t, func() bool {
-		_, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, "victim", metav1.GetOptions{})
+	harness.Eventually(t, func() bool {
+		_, err := c.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, "victim", metav1.GetOptions{})
 		return err != nil
 	}, 90*time.Second, 200*time.Millisecond, func() string { return "the pod without a toleration still exists" })
 	t.Logf("pod evicted %s after the DeviceTaintRule", time.Since(start).Round(100*time.Millisecond))
@@ -379,10 +380,10 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 	// The plugin goes on scanning and publishing: its port comes back
 	// ACTIVE (a publish that lifts its own taint), then goes DOWN again.
 	require.NoError(t, os.WriteFile(n.portState(t, p5Fixture, "0000:50:00.0"), []byte("4: ACTIVE\n"), 0o644))
-	eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 0 }, 30*time.Second, 50*time.Millisecond, func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
+	harness.Eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 0 }, 30*time.Second, 50*time.Millisecond, func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
 	require.NoError(t, os.WriteFile(n.portState(t, p5Fixture, "0000:50:00.0"), []byte("1: DOWN\n"), 0o644))
-	eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 1 }, 30*time.Second, 50*time.Millisecond, func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
-	now, err := c.client.ResourceV1().DeviceTaintRules().Get(ctx, rule.Name, metav1.GetOptions{})
+	harness.Eventually(t, func() bool { return len(n.taintsOf(t, downDev)) == 1 }, 30*time.Second, 50*time.Millisecond, func() string { return fmt.Sprint(n.taintsOf(t, downDev)) })
+	now, err := c.Client.ResourceV1().DeviceTaintRules().Get(ctx, rule.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, rule.Spec, now.Spec, "the admin's rule as written")
 	for _, m := range now.ManagedFields {
@@ -390,7 +391,7 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 	}
 	y, _ := yaml.Marshal(now.Status)
 	t.Logf("kubectl get devicetaintrule %s -o yaml (status):\n%s", rule.Name, y)
-	for dev, d := range n.publishedEFAs(t) {
+	for dev, d := range n.PublishedEFAs(t) {
 		for _, tt := range d.Taints {
 			assert.Equal(t, "dra.net/unhealthy", tt.Key, "%s: the slices hold only the plugin's taints", dev)
 		}
@@ -402,16 +403,16 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 	at("tolerated", "0000:50:00.0", true)
 	at("tolerated-any", "", true)
 	for _, name := range []string{"untolerated", "tolerated", "tolerated-any"} {
-		pod := n.printerPod(name, sharedClaim("efa", name))
-		_, err := c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
+		pod := n.PrinterPod(name, sharedClaim("efa", name))
+		_, err := c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	eventually(t, func() bool {
+	harness.Eventually(t, func() bool {
 		cl, err := claims.Get(ctx, "tolerated-any", metav1.GetOptions{})
 		return err == nil && cl.Status.Allocation != nil
 	}, 60*time.Second, 200*time.Millisecond, func() string {
 		var b strings.Builder
-		pods, err := c.client.CoreV1().Pods(nodeNS).List(ctx, metav1.ListOptions{})
+		pods, err := c.Client.CoreV1().Pods(harness.NodeNS).List(ctx, metav1.ListOptions{})
 		fmt.Fprintf(&b, "claim tolerated-any not allocated; pods (%v):\n", err)
 		for _, p := range pods.Items {
 			fmt.Fprintf(&b, "  %s %s %+v\n", p.Name, p.Status.Phase, p.Status.Conditions)
@@ -423,19 +424,19 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 		}
 		for _, comp := range []string{"kube-scheduler", "kube-controller-manager"} {
 			var lines []string
-			for _, l := range strings.Split(c.logTail(comp, 1<<22), "\n") {
+			for _, l := range strings.Split(c.LogTail(comp, 1<<22), "\n") {
 				if strings.Contains(l, "tolerated") || strings.Contains(l, "drain") || strings.Contains(l, "victim") {
 					lines = append(lines, l)
 				}
 			}
-			fmt.Fprintf(&b, "%s log about them:\n%s\n", comp, lastBytes(strings.Join(lines, "\n"), 4000))
+			fmt.Fprintf(&b, "%s log about them:\n%s\n", comp, harness.LastBytes(strings.Join(lines, "\n"), 4000))
 		}
 		return b.String()
 	})
 	n.waitPrinted(t, "tolerated-any")
 	for _, name := range []string{"untolerated", "tolerated"} {
-		eventually(t, func() bool {
-			p, err := c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+		harness.Eventually(t, func() bool {
+			p, err := c.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, name, metav1.GetOptions{})
 			require.NoError(t, err)
 			for _, cond := range p.Status.Conditions {
 				if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
@@ -452,7 +453,7 @@ func TestRealNodeDeviceTaintRule(t *testing.T) {
 
 	// The drain ends: the untolerated claim is allocated; the plugin's
 	// own taint still keeps the DOWN EFA from the claim that asks for it.
-	require.NoError(t, c.client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{}))
+	require.NoError(t, c.Client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{}))
 	n.waitPrinted(t, "untolerated")
 	time.Sleep(3 * time.Second)
 	cl, err := claims.Get(ctx, "tolerated", metav1.GetOptions{})

@@ -11,22 +11,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // scrape reads the real plugin's /metrics: each series of the metric, as
 // its labels with the value under "".
 func (n *realNode) scrape(t *testing.T, metric string) []map[string]string {
 	t.Helper()
-	resp, err := http.Get(n.pluginHTTP + "/metrics")
+	resp, err := http.Get(n.PluginHTTP + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	m, err := parseMetrics(resp.Body)
+	m, err := harness.ParseMetrics(resp.Body)
 	require.NoError(t, err)
 	var out []map[string]string
 	for _, s := range m[metric] {
-		l := map[string]string{"": model.SampleValue(s.value).String()}
-		for k, v := range s.labels {
+		l := map[string]string{"": model.SampleValue(s.Value).String()}
+		for k, v := range s.Labels {
 			l[k] = v
 		}
 		out = append(out, l)
@@ -39,7 +40,7 @@ func (n *realNode) scrape(t *testing.T, metric string) []map[string]string {
 // claim's namespace, name and UID, every other EFA's carry none, and
 // once the pod is gone (the claim unprepared) the labels are empty again.
 func (n *realNode) checkClaimMetrics(t *testing.T) {
-	_, claims := n.run(t, n.printerPod("metrics", templateClaim("efa", "single-efa-claim")))
+	_, claims := n.run(t, n.PrinterPod("metrics", harness.TemplateClaim("efa", "single-efa-claim")))
 	cl := claimsOf(claims)
 	require.Len(t, cl, 1)
 	var dev string
@@ -56,7 +57,7 @@ func (n *realNode) checkClaimMetrics(t *testing.T) {
 	// A scrape may be served from a read made before the prepare (the
 	// collector caches one read for a scrape interval).
 	var last []map[string]string
-	eventually(t, func() bool {
+	harness.Eventually(t, func() bool {
 		last = n.scrape(t, "efakit_efa_tx_bytes_total")
 		for _, s := range last {
 			if s["dra_device"] == dev {

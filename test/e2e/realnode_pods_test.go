@@ -18,21 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 	"github.com/efakit/efakit/topology"
 )
-
-// nodeNS is the namespace of the real node's pods.
-const nodeNS = "realnode"
-
-// printScript is what every test container runs: it prints what it got,
-// the uverbs nodes with their device numbers, its environment and the
-// device metadata files, and what opening the first node gives (no EFA
-// here: ENXIO), then waits.
-const printScript = `echo '== devices'; ls -ln /dev/infiniband 2>&1
-echo '== env'; env | sort
-echo '== metadata'; find /var/run/kubernetes.io -type f 2>/dev/null | sort | while read f; do echo "# $f"; cat "$f"; echo; done
-echo '== open'; for f in /dev/infiniband/*; do cat "$f" 2>&1 | head -1; break; done
-echo '== end'; exec sleep 100000`
 
 // seen is what a container printed.
 type seen struct {
@@ -43,7 +31,7 @@ type seen struct {
 	Raw      string
 }
 
-// parseSeen reads printScript's output.
+// parseSeen reads harness.PrintScript's output.
 func parseSeen(out string) seen {
 	s := seen{Env: map[string]string{}, Metadata: map[string]string{}, Raw: out}
 	section, file := "", ""
@@ -120,7 +108,7 @@ type efaNodes struct {
 
 func fixtureNodes(t *testing.T, fixture string) efaNodes {
 	t.Helper()
-	topo := scanFixture(t, fixture)
+	topo := harness.ScanFixture(t, fixture)
 	e := efaNodes{byAddr: map[string]string{}, byRoot: map[string][]string{}}
 	for _, d := range topo.Of(topology.KindEFA) {
 		v := d.EFA.Verbs
@@ -137,7 +125,7 @@ func fixtureNodes(t *testing.T, fixture string) efaNodes {
 // allocation, by the attributes the devices carry on the API server.
 func (n *realNode) expect(t *testing.T, nodes efaNodes, claims ...*resourceapi.ResourceClaim) []string {
 	t.Helper()
-	published := n.publishedEFAs(t)
+	published := n.PublishedEFAs(t)
 	var out []string
 	for _, c := range claims {
 		for _, r := range c.Status.Allocation.Devices.Results {
@@ -157,62 +145,6 @@ func (n *realNode) expect(t *testing.T, nodes efaNodes, claims ...*resourceapi.R
 	return out
 }
 
-func (n *realNode) publishedEFAs(t *testing.T) map[string]resourceapi.Device {
-	l, err := n.c.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name})
-	require.NoError(t, err)
-	out := map[string]resourceapi.Device{}
-	for _, s := range l.Items {
-		for _, d := range s.Spec.Devices {
-			out[d.Name] = d
-		}
-	}
-	return out
-}
-
-// waitEFAs waits until the node's dra.net slices hold want devices.
-func (n *realNode) waitEFAs(t *testing.T, want int) {
-	t.Helper()
-	got := 0
-	eventually(t, func() bool { got = len(n.publishedEFAs(t)); return got == want }, 60*time.Second, 100*time.Millisecond,
-		func() string {
-			return fmt.Sprintf("%d dra.net devices published, not %d; plugin log:\n%s", got, want, n.logTail("efakit-plugin", 2000))
-		})
-}
-
-// ensureNamespace makes the pods' namespace and its default service
-// account (no controller manager makes them here).
-func (n *realNode) ensureNamespace() {
-	ctx := context.Background()
-	_, err := n.c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeNS}}, metav1.CreateOptions{})
-	require.NoError(n.t, createIgnoreExists(err))
-	_, err = n.c.client.CoreV1().ServiceAccounts(nodeNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
-	require.NoError(n.t, createIgnoreExists(err))
-}
-
-// printerPod is a pod on the node whose one container uses every claim of
-// the pod and runs printScript.
-func (n *realNode) printerPod(name string, claims ...corev1.PodResourceClaim) *corev1.Pod {
-	no := false
-	grace := int64(0)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeNS},
-		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{"kubernetes.io/hostname": n.name},
-			AutomountServiceAccountToken:  &no,
-			TerminationGracePeriodSeconds: &grace,
-			ResourceClaims:                claims,
-			Containers: []corev1.Container{{Name: "print", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", printScript}}},
-		}}
-	for _, c := range claims {
-		pod.Spec.Containers[0].Resources.Claims = append(pod.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: c.Name})
-	}
-	return pod
-}
-
-func templateClaim(name, template string) corev1.PodResourceClaim {
-	return corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: &template}
-}
-
 func sharedClaim(name, claim string) corev1.PodResourceClaim {
 	return corev1.PodResourceClaim{Name: name, ResourceClaimName: &claim}
 }
@@ -222,7 +154,7 @@ func sharedClaim(name, claim string) corev1.PodResourceClaim {
 func (n *realNode) run(t *testing.T, pod *corev1.Pod) (seen, map[string]*resourceapi.ResourceClaim) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := n.c.client.CoreV1().Pods(nodeNS).Create(ctx, pod, metav1.CreateOptions{})
+	_, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return n.waitPrinted(t, pod.Name)
 }
@@ -248,13 +180,13 @@ func (n *realNode) waitPrintedWithin(t *testing.T, name string, timeout time.Dur
 	for _, s := range p.Status.ResourceClaimStatuses {
 		claimName := s.ResourceClaimName
 		require.NotNil(t, claimName)
-		c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, *claimName, metav1.GetOptions{})
+		c, err := n.CP.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(ctx, *claimName, metav1.GetOptions{})
 		require.NoError(t, err)
 		claims[s.Name] = c
 	}
 	for _, pc := range p.Spec.ResourceClaims {
 		if pc.ResourceClaimName != nil {
-			c, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+			c, err := n.CP.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
 			require.NoError(t, err)
 			claims[pc.Name] = c
 		}
@@ -267,9 +199,9 @@ func (n *realNode) waitPrintedWithin(t *testing.T, name string, timeout time.Dur
 func (n *realNode) deletePod(t *testing.T, name string) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, n.c.client.CoreV1().Pods(nodeNS).Delete(ctx, name, metav1.DeleteOptions{}))
+	require.NoError(t, n.CP.Client.CoreV1().Pods(harness.NodeNS).Delete(ctx, name, metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		_, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, name, metav1.GetOptions{})
+		_, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}, 60*time.Second, 100*time.Millisecond, "pod %s deleted", name)
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	efaevents "github.com/efakit/efakit/plugin/driver/events"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // An efa module reload, as sysfs shows it to a reader, in the plugin's
@@ -33,7 +34,7 @@ import (
 func (n *realNode) counterDirs(t *testing.T, fixture string) []string {
 	t.Helper()
 	var dirs []string
-	require.NoError(t, filepath.WalkDir(n.unpack(fixture), func(p string, d os.DirEntry, err error) error {
+	require.NoError(t, filepath.WalkDir(n.Unpack(fixture), func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() && d.Name() == "hw_counters" && strings.Contains(p, "/infiniband/") {
 			dirs = append(dirs, p)
 			return filepath.SkipDir
@@ -58,7 +59,7 @@ func (n *realNode) hideCounters(t *testing.T, fixture string) {
 func (n *realNode) countersBackAtZero(t *testing.T, fixture string) {
 	t.Helper()
 	var gone []string
-	require.NoError(t, filepath.WalkDir(n.unpack(fixture), func(p string, d os.DirEntry, err error) error {
+	require.NoError(t, filepath.WalkDir(n.Unpack(fixture), func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() && d.Name() == ".unloaded-hw_counters" {
 			gone = append(gone, p)
 			return filepath.SkipDir
@@ -86,7 +87,7 @@ func (n *realNode) countersBackAtZero(t *testing.T, fixture string) {
 // the old one taken away. It returns each EFA's new number by its old.
 func (n *realNode) renumberFresh(t *testing.T, fixture string, by int) map[int]int {
 	t.Helper()
-	root := n.unpack(fixture)
+	root := n.Unpack(fixture)
 	var dirs []string
 	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if m := uverbsIn.FindString(d.Name()); err == nil && d.IsDir() && filepath.Base(filepath.Dir(p)) == "infiniband_verbs" && m == d.Name() {
@@ -158,7 +159,7 @@ func (n *realNode) checkDriverReload(t *testing.T, pod, claim string, results []
 		return 0
 	}
 	events := func() map[string]corev1.Event {
-		l, err := n.c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.name})
+		l, err := n.CP.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + n.Name})
 		require.NoError(t, err)
 		out := map[string]corev1.Event{}
 		for _, e := range l.Items {
@@ -171,8 +172,8 @@ func (n *realNode) checkDriverReload(t *testing.T, pod, claim string, results []
 	// watch checks every EFA's taints until cond holds.
 	watch := func(what string, cond func() bool) {
 		t.Helper()
-		eventually(t, func() bool {
-			for name, d := range n.publishedEFAs(t) {
+		harness.Eventually(t, func() bool {
+			for name, d := range n.PublishedEFAs(t) {
 				for _, tt := range d.Taints {
 					k := fmt.Sprintf("%s: %s=%s:%s", name, tt.Key, tt.Value, tt.Effect)
 					if taints[k] == "" {
@@ -181,7 +182,7 @@ func (n *realNode) checkDriverReload(t *testing.T, pod, claim string, results []
 				}
 			}
 			return cond()
-		}, 90*time.Second, 100*time.Millisecond, func() string { return what + "; plugin:\n" + n.logTail("efakit-plugin", 4000) })
+		}, 90*time.Second, 100*time.Millisecond, func() string { return what + "; plugin:\n" + n.LogTail("efakit-plugin", 4000) })
 	}
 	printed, _ := n.waitPrinted(t, pod)
 	_, restarts := n.containerID(t, pod)
@@ -198,7 +199,7 @@ func (n *realNode) checkDriverReload(t *testing.T, pod, claim string, results []
 	watch("the renumbering seen and eight health checks after the counters came back", func() bool {
 		if renumbered == 0 {
 			for _, m := range n.nodeEvents(efaevents.ReasonRenumbered) {
-				if strings.Contains(m, "EFAs of claim "+nodeNS+"/"+claim+" renumbered") {
+				if strings.Contains(m, "EFAs of claim "+harness.NodeNS+"/"+claim+" renumbered") {
 					renumbered = time.Since(back)
 				}
 			}
@@ -219,15 +220,15 @@ func (n *realNode) checkDriverReload(t *testing.T, pod, claim string, results []
 		}
 	}
 	assert.Empty(t, n.scrape(t, "efakit_plugin_device_health"), "every EFA healthy")
-	assert.NotRegexp(t, impossibleCount, n.pluginLog())
+	assert.NotRegexp(t, impossibleCount, n.PluginLog())
 
 	// The pod ran on; its claim keeps its EFAs, under their new numbers.
-	p, err := n.c.client.CoreV1().Pods(nodeNS).Get(ctx, pod, metav1.GetOptions{})
+	p, err := n.CP.Client.CoreV1().Pods(harness.NodeNS).Get(ctx, pod, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, corev1.PodRunning, p.Status.Phase)
 	_, now := n.containerID(t, pod)
 	assert.Equal(t, restarts, now, "no restart through the reload")
-	cl, err := n.c.client.ResourceV1().ResourceClaims(nodeNS).Get(ctx, claim, metav1.GetOptions{})
+	cl, err := n.CP.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(ctx, claim, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, results, cl.Status.Allocation.Devices.Results, "the claim keeps its EFAs")
 	var want []string
@@ -238,7 +239,7 @@ func (n *realNode) checkDriverReload(t *testing.T, pod, claim string, results []
 		want = append(want, fmt.Sprintf("/dev/infiniband/uverbs%d 231:%d", to[num], 192+to[num]))
 	}
 	sort.Strings(want)
-	eventually(t, func() bool {
+	harness.Eventually(t, func() bool {
 		var got []string
 		for _, e := range n.statusEntries(t, claim) {
 			d := dataOf(t, e)

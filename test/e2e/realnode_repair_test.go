@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // TestRealNodeSliceRepair: a real kubelet deletes every ResourceSlice of
@@ -23,22 +25,22 @@ import (
 // logs the repair. The time from the kubelet's delete to the new slice is
 // measured from a watch on the node's slices.
 func TestRealNodeSliceRepair(t *testing.T) {
-	c := apiServer(t)
+	c := harness.APIServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	n := startRealNode(t, c)
-	n.startEFAKit(p5Fixture)
-	n.waitEFAs(t, 32)
+	n.StartEFAKit(p5Fixture)
+	n.WaitEFAs(t, 32)
 
-	l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name})
+	l, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.Name})
 	require.NoError(t, err)
 	require.NotEmpty(t, l.Items)
 	old := map[types.UID]bool{}
 	for _, s := range l.Items {
 		old[s.UID] = true
 	}
-	w, err := c.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{
-		FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.name, ResourceVersion: l.ResourceVersion})
+	w, err := c.Client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{
+		FieldSelector: "spec.driver=dra.net,spec.nodeName=" + n.Name, ResourceVersion: l.ResourceVersion})
 	require.NoError(t, err)
 	defer w.Stop()
 	var mu sync.Mutex
@@ -60,9 +62,9 @@ func TestRealNodeSliceRepair(t *testing.T) {
 		}
 	}()
 
-	n.stopProc("kubelet", syscall.SIGTERM, 30*time.Second)
+	n.StopProc("kubelet", syscall.SIGTERM, 30*time.Second)
 	started := time.Now()
-	n.startKubelet()
+	n.StartKubelet()
 	// The kubelet deletes the node's slices once its node lister has the
 	// Node, retrying from 1 s and doubling (with up to 20% jitter): a
 	// kubelet whose lister takes T to fill deletes by about 2.4T. It takes
@@ -70,19 +72,19 @@ func TestRealNodeSliceRepair(t *testing.T) {
 	// kubelet registered its node 56 s after it started and a 60 s wait
 	// ran out; 150 s covers a T of a minute.
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !deleted.IsZero() }, 150*time.Second, 50*time.Millisecond,
-		"the restarted kubelet deletes the node's slices; kubelet log:\n%s", n.logTail("kubelet", 3000))
+		"the restarted kubelet deletes the node's slices; kubelet log:\n%s", n.LogTail("kubelet", 3000))
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !added.IsZero() }, 10*time.Second, 50*time.Millisecond,
-		"the plugin's slices back within 10 s of the kubelet's delete; plugin log:\n%s", n.logTail("efakit-plugin", 3000))
+		"the plugin's slices back within 10 s of the kubelet's delete; plugin log:\n%s", n.LogTail("efakit-plugin", 3000))
 	mu.Lock()
 	took := added.Sub(deleted)
 	mu.Unlock()
 	t.Logf("kubelet restart: the node's slices deleted %v after the start, the plugin's back %v later",
 		deleted.Sub(started).Round(time.Millisecond), took.Round(time.Millisecond))
-	n.waitEFAs(t, 32)
+	n.WaitEFAs(t, 32)
 	require.Eventually(t, func() bool {
-		return strings.Contains(n.logTail("efakit-plugin", 20000), "Published again the ResourceSlices someone else deleted or changed")
+		return strings.Contains(n.LogTail("efakit-plugin", 20000), "Published again the ResourceSlices someone else deleted or changed")
 	}, 10*time.Second, 100*time.Millisecond, "the plugin logs the repair")
-	log := n.logTail("efakit-plugin", 100000)
+	log := n.LogTail("efakit-plugin", 100000)
 	assert.Equal(t, 1, strings.Count(log, "Published again the ResourceSlices someone else deleted or changed"), "one line per repair")
 	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, "Published again the ResourceSlices someone else deleted or changed") {

@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/claimstatus"
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // waitEntries waits until a claim's dra.net entries in status.devices
@@ -25,7 +26,7 @@ import (
 func (n *realNode) waitEntries(t *testing.T, claim string, want int) map[string]resourceapi.AllocatedDeviceStatus {
 	t.Helper()
 	var got map[string]resourceapi.AllocatedDeviceStatus
-	eventually(t, func() bool {
+	harness.Eventually(t, func() bool {
 		got = n.statusEntries(t, claim)
 		if len(got) != want {
 			return false
@@ -37,7 +38,7 @@ func (n *realNode) waitEntries(t *testing.T, claim string, want int) map[string]
 		}
 		return true
 	}, 30*time.Second, 100*time.Millisecond, func() string {
-		return fmt.Sprintf("claim %s: %d entries, want %d Ready:\n%s\nplugin:\n%s", claim, len(got), want, n.claimYAML(t, claim), n.logTail("efakit-plugin", 2000))
+		return fmt.Sprintf("claim %s: %d entries, want %d Ready:\n%s\nplugin:\n%s", claim, len(got), want, n.claimYAML(t, claim), n.LogTail("efakit-plugin", 2000))
 	})
 	return got
 }
@@ -51,17 +52,17 @@ func (n *realNode) waitEntries(t *testing.T, claim string, want int) map[string]
 // a claim shared by two pods (one entry per EFA), a group device (its
 // members).
 func TestRealNodeClaimStatus(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	n := startRealNode(t, c)
-	n.ensureNamespace()
-	n.startEFAKit(p5Fixture)
-	n.waitEFAs(t, 32)
-	createSeed(t, c, "seed-claims.yaml")
-	published := n.publishedEFAs(t)
+	n.EnsureNamespace()
+	n.StartEFAKit(p5Fixture)
+	n.WaitEFAs(t, 32)
+	harness.CreateSeed(t, c, "seed-claims.yaml")
+	published := n.PublishedEFAs(t)
 
 	t.Run("single-efa-and-port-down", func(t *testing.T) {
-		got, claims := n.run(t, n.printerPod("status-single", templateClaim("efa", "single-efa-claim")))
+		got, claims := n.run(t, n.PrinterPod("status-single", harness.TemplateClaim("efa", "single-efa-claim")))
 		claim := claims["efa"].Name
 		entries := n.waitEntries(t, claim, 1)
 		t.Logf("kubectl get resourceclaim %s -o yaml (status):\n%s", claim, n.claimYAML(t, claim))
@@ -69,7 +70,7 @@ func TestRealNodeClaimStatus(t *testing.T) {
 		for dev = range entries {
 		}
 		e := entries[dev]
-		assert.Equal(t, n.name, e.Pool)
+		assert.Equal(t, n.Name, e.Pool)
 		assert.Equal(t, metav1.ConditionTrue, conditionOf(e, claimstatus.TypeHealthy).Status)
 		data := dataOf(t, e)
 		pci := *published[dev].Attributes[resources.AttrPCIAddr].StringValue
@@ -98,7 +99,7 @@ func TestRealNodeClaimStatus(t *testing.T) {
 		state := n.portState(t, p5Fixture, pci)
 		require.NoError(t, os.WriteFile(state, []byte("1: DOWN\n"), 0o644))
 		start := time.Now()
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			return conditionOf(n.statusEntries(t, claim)[dev], claimstatus.TypeHealthy).Status == metav1.ConditionFalse
 		}, 30*time.Second, 100*time.Millisecond, func() string { return n.claimYAML(t, claim) })
 		took := time.Since(start)
@@ -109,19 +110,19 @@ func TestRealNodeClaimStatus(t *testing.T) {
 		assert.Equal(t, "DOWN", dataOf(t, down).PortState)
 		assert.Equal(t, ready, conditionOf(down, claimstatus.TypeReady).LastTransitionTime, "Ready's transition stays")
 		require.NoError(t, os.WriteFile(state, []byte("4: ACTIVE\n"), 0o644))
-		eventually(t, func() bool {
+		harness.Eventually(t, func() bool {
 			return conditionOf(n.statusEntries(t, claim)[dev], claimstatus.TypeHealthy).Status == metav1.ConditionTrue
 		}, 30*time.Second, 100*time.Millisecond, func() string { return n.claimYAML(t, claim) })
 		n.deletePod(t, "status-single")
 		// Deallocated with its last pod: the API server drops the entries.
-		eventually(t, func() bool {
-			cl, err := c.client.ResourceV1().ResourceClaims(nodeNS).Get(context.Background(), claim, metav1.GetOptions{})
+		harness.Eventually(t, func() bool {
+			cl, err := c.Client.ResourceV1().ResourceClaims(harness.NodeNS).Get(context.Background(), claim, metav1.GetOptions{})
 			return err != nil || (cl.Status.Allocation == nil && len(cl.Status.Devices) == 0)
 		}, 30*time.Second, 100*time.Millisecond, func() string { return n.claimYAML(t, claim) })
 	})
 	t.Run("shared-claim", func(t *testing.T) {
-		n.run(t, n.printerPod("status-shared-0", sharedClaim("efa", "shared-efa")))
-		n.run(t, n.printerPod("status-shared-1", sharedClaim("efa", "shared-efa")))
+		n.run(t, n.PrinterPod("status-shared-0", sharedClaim("efa", "shared-efa")))
+		n.run(t, n.PrinterPod("status-shared-1", sharedClaim("efa", "shared-efa")))
 		entries := n.waitEntries(t, "shared-efa", 4)
 		for dev, e := range entries {
 			assert.Nil(t, e.ShareID, dev)
@@ -132,11 +133,11 @@ func TestRealNodeClaimStatus(t *testing.T) {
 		n.deletePod(t, "status-shared-1")
 	})
 	t.Run("group", func(t *testing.T) {
-		n.killEFAKit(syscall.SIGTERM)
-		n.startEFAKit(p5Fixture, "--set", "groups=exclusive")
-		n.waitEFAs(t, 8)
-		createTemplates(t, c, p5Fixture, resources.GroupsExclusive, "excl-")
-		got, claims := n.run(t, n.printerPod("status-group", templateClaim("c", "excl-efa-group")))
+		n.KillEFAKit(syscall.SIGTERM)
+		n.StartEFAKit(p5Fixture, "--set", "groups=exclusive")
+		n.WaitEFAs(t, 8)
+		harness.CreateTemplates(t, c, p5Fixture, resources.GroupsExclusive, "excl-")
+		got, claims := n.run(t, n.PrinterPod("status-group", harness.TemplateClaim("c", "excl-efa-group")))
 		claim := claims["c"].Name
 		entries := n.waitEntries(t, claim, 1)
 		t.Logf("a group's entry:\n%s", n.claimYAML(t, claim))
@@ -153,7 +154,7 @@ func TestRealNodeClaimStatus(t *testing.T) {
 			assert.Equal(t, "Healthy", conditionOf(e, claimstatus.TypeHealthy).Reason)
 		}
 		n.deletePod(t, "status-group")
-		n.killEFAKit(syscall.SIGTERM)
+		n.KillEFAKit(syscall.SIGTERM)
 	})
 }
 
@@ -165,29 +166,29 @@ func TestRealNodeClaimStatus(t *testing.T) {
 // exceeds the EFA's shares and stays Pending; deleting one pod frees its
 // share and the third runs; each claim's status.devices names its share.
 func TestRealNodeSharing(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	ctx := context.Background()
 	n := startRealNode(t, c)
-	n.ensureNamespace()
-	n.startEFAKit(p5Fixture, "--set", "sharing.mode=capacity", "--set", "sharing.shares=2")
-	n.waitEFAs(t, 32)
+	n.EnsureNamespace()
+	n.StartEFAKit(p5Fixture, "--set", "sharing.mode=capacity", "--set", "sharing.shares=2")
+	n.WaitEFAs(t, 32)
 	const dev, pci = "efa-0000-4f-00-0", "0000:4f:00.0"
-	d := n.publishedEFAs(t)[dev]
+	d := n.PublishedEFAs(t)[dev]
 	require.NotNil(t, d.AllowMultipleAllocations)
 	assert.True(t, *d.AllowMultipleAllocations)
 	shares := d.Capacity[resources.CapacityShares].Value
 	assert.Equal(t, int64(2), shares.Value())
-	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "share-of-4f", Namespace: nodeNS}}
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "share-of-4f", Namespace: harness.NodeNS}}
 	tmpl.Spec.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "efa", Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: resources.DefaultDeviceClass, Count: 1,
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf(`device.attributes["dra.net"].pciAddress == %q`, pci)}}}}}}
-	_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
+	_, err := c.Client.ResourceV1().ResourceClaimTemplates(harness.NodeNS).Create(ctx, tmpl, metav1.CreateOptions{})
 	require.NoError(t, err)
 	nodes := fixtureNodes(t, p5Fixture)
 
-	a, ca := n.run(t, n.printerPod("share-a", templateClaim("efa", "share-of-4f")))
-	b, cb := n.run(t, n.printerPod("share-b", templateClaim("efa", "share-of-4f")))
+	a, ca := n.run(t, n.PrinterPod("share-a", harness.TemplateClaim("efa", "share-of-4f")))
+	b, cb := n.run(t, n.PrinterPod("share-b", harness.TemplateClaim("efa", "share-of-4f")))
 	t.Logf("share-a's container holds %v, share-b's %v", a.Nodes, b.Nodes)
 	assert.Equal(t, []string{nodes.byAddr[pci]}, a.Nodes)
 	assert.Equal(t, a.Nodes, b.Nodes, "two independent claims, one EFA")
@@ -209,7 +210,7 @@ func TestRealNodeSharing(t *testing.T) {
 	}
 	t.Logf("share-a's claim:\n%s", n.claimYAML(t, claimA.Name))
 	// The EFA's metrics carry both claims.
-	eventually(t, func() bool {
+	harness.Eventually(t, func() bool {
 		for _, s := range n.scrape(t, "efakit_efa_tx_bytes_total") {
 			if s["dra_device"] == dev {
 				return strings.Contains(s["claim_name"], claimA.Name) && strings.Contains(s["claim_name"], claimB.Name)
@@ -219,15 +220,15 @@ func TestRealNodeSharing(t *testing.T) {
 	}, 30*time.Second, 500*time.Millisecond, func() string { return fmt.Sprintf("%v", n.scrape(t, "efakit_efa_tx_bytes_total")) })
 
 	// Both shares are taken: a third claim of the EFA does not fit.
-	_, err = c.client.CoreV1().Pods(nodeNS).Create(ctx, n.printerPod("share-c", templateClaim("efa", "share-of-4f")), metav1.CreateOptions{})
+	_, err = c.Client.CoreV1().Pods(harness.NodeNS).Create(ctx, n.PrinterPod("share-c", harness.TemplateClaim("efa", "share-of-4f")), metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Logf("the third pod: %s", n.waitPending(t, "share-c", ""))
 	n.deletePod(t, "share-a")
 	// share-b's claim stays prepared (its spec, its entry); share-a's spec
 	// is gone.
-	w, err := cdi.NewWriter(n.cdi, resources.DefaultDriverName)
+	w, err := cdi.NewWriter(n.CDI, resources.DefaultDriverName)
 	require.NoError(t, err)
-	eventually(t, func() bool { ok, err := w.Exists(string(claimA.UID)); return err == nil && !ok }, 30*time.Second, 100*time.Millisecond,
+	harness.Eventually(t, func() bool { ok, err := w.Exists(string(claimA.UID)); return err == nil && !ok }, 30*time.Second, 100*time.Millisecond,
 		func() string { return "share-a's claim unprepared" })
 	ok, err := w.Exists(string(claimB.UID))
 	require.NoError(t, err)
@@ -243,7 +244,7 @@ func TestRealNodeSharing(t *testing.T) {
 // fixture, as the topology answers.
 func closestGPU(t *testing.T, fixture, pci string) string {
 	t.Helper()
-	topo := scanFixture(t, fixture)
+	topo := harness.ScanFixture(t, fixture)
 	a, err := pcie.ParseAddress(pci)
 	require.NoError(t, err)
 	e := topo.Lookup(a)

@@ -12,12 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/plugin/driver/resources"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // publishedCount is how many dra.net devices the plugin publishes for a
 // fixture in a group mode.
 func publishedCount(t *testing.T, fixture string, mode resources.GroupMode) int {
-	topo := scanFixture(t, fixture)
+	topo := harness.ScanFixture(t, fixture)
 	res, err := resources.Published(topo, resources.Config{NodeName: "n", Groups: mode})
 	require.NoError(t, err)
 	count := 0
@@ -32,8 +33,8 @@ func publishedCount(t *testing.T, fixture string, mode resources.GroupMode) int 
 // whole-node pod, and checks what each container got.
 func (n *realNode) runTemplates(t *testing.T, fixture string, mode resources.GroupMode, nodes efaNodes) {
 	// Per fixture and mode: templates of one fixture do not fit another.
-	prefix := strings.SplitN(filepath.Base(fixture), ".", 2)[0] + "-" + modeFlag(mode) + "-"
-	tms, all := createTemplates(t, n.c, fixture, mode, prefix)
+	prefix := strings.SplitN(filepath.Base(fixture), ".", 2)[0] + "-" + harness.ModeFlag(mode) + "-"
+	tms, all := harness.CreateTemplates(t, n.CP, fixture, mode, prefix)
 	var names []string
 	for name := range tms {
 		names = append(names, name)
@@ -41,7 +42,7 @@ func (n *realNode) runTemplates(t *testing.T, fixture string, mode resources.Gro
 	sort.Strings(names)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			pod := n.printerPod(prefix+name, templateClaim("c", prefix+name))
+			pod := n.PrinterPod(prefix+name, harness.TemplateClaim("c", prefix+name))
 			got, claims := n.run(t, pod)
 			require.NotEmpty(t, got.Nodes)
 			n.check(t, got, nodes, claimsOf(claims), nil)
@@ -50,7 +51,7 @@ func (n *realNode) runTemplates(t *testing.T, fixture string, mode resources.Gro
 	}
 	if all != nil {
 		t.Run("all-pod", func(t *testing.T) {
-			pod := n.printerPod(prefix+"all-pod", all.Pod.Spec.ResourceClaims...)
+			pod := n.PrinterPod(prefix+"all-pod", all.Pod.Spec.ResourceClaims...)
 			got, claims := n.run(t, pod)
 			assert.Len(t, got.Nodes, len(nodes.byAddr), "every EFA of the node")
 			n.check(t, got, nodes, claimsOf(claims), nil)
@@ -67,27 +68,27 @@ func (n *realNode) runTemplates(t *testing.T, fixture string, mode resources.Gro
 // aligned-efa-neuron too: four Neuron devices with the four EFAs of their
 // device group.
 func TestRealNodeTemplates(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	for _, fixture := range []string{"../../testdata/sysfs/p5en.48xlarge.sysfs", trn2Fixture} {
 		t.Run(fixture[len("../../testdata/sysfs/"):], func(t *testing.T) {
 			n := startRealNode(t, c)
-			n.ensureNamespace()
-			accel := n.startAccelDriver(fixture)
+			n.EnsureNamespace()
+			accel := n.StartAccelDriver(fixture)
 			require.NotEmpty(t, accel)
 			nodes := fixtureNodes(t, fixture)
 			for _, mode := range []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed} {
-				t.Run(modeFlag(mode), func(t *testing.T) {
-					n.startEFAKit(fixture, "--set", "groups="+modeFlag(mode))
-					defer n.killEFAKit(syscall.SIGTERM)
-					n.waitEFAs(t, publishedCount(t, fixture, mode))
+				t.Run(harness.ModeFlag(mode), func(t *testing.T) {
+					n.StartEFAKit(fixture, "--set", "groups="+harness.ModeFlag(mode))
+					defer n.KillEFAKit(syscall.SIGTERM)
+					n.WaitEFAs(t, publishedCount(t, fixture, mode))
 					n.runTemplates(t, fixture, mode, nodes)
 					if fixture == trn2Fixture && mode == resources.GroupsNone {
 						t.Run("users/aligned-efa-neuron", func(t *testing.T) {
-							createSeed(t, c, "seed-claims-neuron.yaml")
-							published := n.publishedEFAs(t)
+							harness.CreateSeed(t, c, "seed-claims-neuron.yaml")
+							published := n.PublishedEFAs(t)
 							for i := range 4 {
-								got, claims := n.run(t, n.printerPod(fmt.Sprintf("neuron-%d", i), templateClaim("c", "aligned-efa-neuron")))
+								got, claims := n.run(t, n.PrinterPod(fmt.Sprintf("neuron-%d", i), harness.TemplateClaim("c", "aligned-efa-neuron")))
 								cl := claimsOf(claims)
 								n.check(t, got, nodes, cl, nil)
 								r := byReq(cl[0])

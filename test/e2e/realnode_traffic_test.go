@@ -17,12 +17,13 @@ import (
 	"github.com/efakit/efakit/plugin/driver/events"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/plugin/driver/traffic"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // claimEvents are the messages of the Events of a reason about a
 // ResourceClaim.
 func (n *realNode) claimEvents(claim, reason string) []string {
-	return n.eventMessages(nodeNS, "involvedObject.kind=ResourceClaim,involvedObject.name="+claim+",reason="+reason)
+	return n.eventMessages(harness.NodeNS, "involvedObject.kind=ResourceClaim,involvedObject.name="+claim+",reason="+reason)
 }
 
 // TestRealNodeTraffic: a pod holds two claims, one of two EFAs and one of
@@ -33,28 +34,28 @@ func (n *realNode) claimEvents(claim, reason string) []string {
 // carries traffic: its entry turns True, its twin stays False. A restarted
 // plugin keeps each entry's state.
 func TestRealNodeTraffic(t *testing.T) {
-	c := apiServer(t)
-	require.NoError(t, c.startSchedulerOnce())
+	c := harness.APIServer(t)
+	require.NoError(t, c.StartSchedulerOnce())
 	n := startRealNode(t, c)
-	n.ensureNamespace()
+	n.EnsureNamespace()
 	const idleAfter = 6 * time.Second
 	values := []string{"--set", "healthInterval=1s", "--set", "idleAfter=" + idleAfter.String()}
-	n.startEFAKit(p5Fixture, values...)
-	n.waitEFAs(t, 32)
-	createSeed(t, c, "seed-claims.yaml")
+	n.StartEFAKit(p5Fixture, values...)
+	n.WaitEFAs(t, 32)
+	harness.CreateSeed(t, c, "seed-claims.yaml")
 	ctx := context.Background()
-	two := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "two-efas", Namespace: nodeNS},
+	two := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "two-efas", Namespace: harness.NodeNS},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{{Name: "efas", Exactly: &resourceapi.ExactDeviceRequest{
 				DeviceClassName: resources.DefaultDeviceClass, Count: 2}}}}}}}
-	_, err := c.client.ResourceV1().ResourceClaimTemplates(nodeNS).Create(ctx, two, metav1.CreateOptions{})
-	require.NoError(t, createIgnoreExists(err))
+	_, err := c.Client.ResourceV1().ResourceClaimTemplates(harness.NodeNS).Create(ctx, two, metav1.CreateOptions{})
+	require.NoError(t, harness.CreateIgnoreExists(err))
 
-	_, claims := n.run(t, n.printerPod("traffic", templateClaim("pair", "two-efas"), templateClaim("one", "single-efa-claim")))
+	_, claims := n.run(t, n.PrinterPod("traffic", harness.TemplateClaim("pair", "two-efas"), harness.TemplateClaim("one", "single-efa-claim")))
 	pair, one := claims["pair"].Name, claims["one"].Name
 	n.waitEntries(t, pair, 2)
 	n.waitEntries(t, one, 1)
-	published := n.publishedEFAs(t)
+	published := n.PublishedEFAs(t)
 	addrOf := func(dev string) string { return *published[dev].Attributes[resources.AttrPCIAddr].StringValue }
 	pairDevs := allocated(resources.DefaultDriverName, claims["pair"])
 	oneDev := allocated(resources.DefaultDriverName, claims["one"])[0]
@@ -91,22 +92,22 @@ func TestRealNodeTraffic(t *testing.T) {
 	}
 
 	// Prepared and not yet judged, from the first health check on.
-	eventually(t, statusIs(pair, map[string]metav1.ConditionStatus{pairDevs[0]: metav1.ConditionUnknown, pairDevs[1]: metav1.ConditionUnknown}),
+	harness.Eventually(t, statusIs(pair, map[string]metav1.ConditionStatus{pairDevs[0]: metav1.ConditionUnknown, pairDevs[1]: metav1.ConditionUnknown}),
 		idleAfter-time.Second, 50*time.Millisecond, views)
 	assert.Equal(t, traffic.ReasonWaiting, trafficOf(pair)[pairDevs[0]].Reason)
 	// The single EFA carries traffic, the pair nothing.
 	stop := keepAdvancing(t, n.counterFile(t, p5Fixture, addrOf(oneDev), "ports/1/hw_counters/send_bytes"), 4096, time.Second)
 	defer stop()
 	start := time.Now()
-	eventually(t, statusIs(pair, map[string]metav1.ConditionStatus{pairDevs[0]: metav1.ConditionFalse, pairDevs[1]: metav1.ConditionFalse}),
-		idleAfter+30*time.Second, 100*time.Millisecond, func() string { return views() + n.logTail("efakit-plugin", 3000) })
+	harness.Eventually(t, statusIs(pair, map[string]metav1.ConditionStatus{pairDevs[0]: metav1.ConditionFalse, pairDevs[1]: metav1.ConditionFalse}),
+		idleAfter+30*time.Second, 100*time.Millisecond, func() string { return views() + n.LogTail("efakit-plugin", 3000) })
 	t.Logf("the pair idle %s after the counters stood still (--idle-after %s):\n%s", time.Since(start).Round(100*time.Millisecond), idleAfter, views())
-	eventually(t, statusIs(one, map[string]metav1.ConditionStatus{oneDev: metav1.ConditionTrue}), 30*time.Second, 100*time.Millisecond, views)
+	harness.Eventually(t, statusIs(one, map[string]metav1.ConditionStatus{oneDev: metav1.ConditionTrue}), 30*time.Second, 100*time.Millisecond, views)
 	idle := trafficOf(pair)[pairDevs[0]]
 	assert.Equal(t, traffic.ReasonNoTraffic, idle.Reason)
 	assert.Contains(t, idle.Message, "no RDMA traffic on EFA ")
 	assert.Contains(t, idle.Message, "efakit doctor")
-	eventually(t, func() bool { return len(n.claimEvents(pair, events.ReasonNoTraffic)) == 2 }, 30*time.Second, 200*time.Millisecond,
+	harness.Eventually(t, func() bool { return len(n.claimEvents(pair, events.ReasonNoTraffic)) == 2 }, 30*time.Second, 200*time.Millisecond,
 		func() string { return fmt.Sprint(n.claimEvents(pair, events.ReasonNoTraffic)) })
 	assert.Empty(t, n.claimEvents(one, events.ReasonNoTraffic), "the busy claim is judged on its own")
 	assert.Equal(t, []map[string]string{{"": "1"}}, n.scrape(t, "efakit_plugin_idle_claims"), "one claim idle")
@@ -114,17 +115,17 @@ func TestRealNodeTraffic(t *testing.T) {
 	// One of the pair carries traffic: its entry turns True, an Event
 	// says so; its twin stays idle.
 	advance(t, n.counterFile(t, p5Fixture, addrOf(pairDevs[0]), "ports/1/hw_counters/rdma_write_bytes"), 1<<20)
-	eventually(t, statusIs(pair, map[string]metav1.ConditionStatus{pairDevs[0]: metav1.ConditionTrue, pairDevs[1]: metav1.ConditionFalse}),
+	harness.Eventually(t, statusIs(pair, map[string]metav1.ConditionStatus{pairDevs[0]: metav1.ConditionTrue, pairDevs[1]: metav1.ConditionFalse}),
 		30*time.Second, 100*time.Millisecond, views)
-	eventually(t, func() bool { return len(n.claimEvents(pair, events.ReasonTraffic)) == 1 }, 30*time.Second, 200*time.Millisecond,
+	harness.Eventually(t, func() bool { return len(n.claimEvents(pair, events.ReasonTraffic)) == 1 }, 30*time.Second, 200*time.Millisecond,
 		func() string { return fmt.Sprint(n.claimEvents(pair, events.ReasonTraffic)) })
 	before := trafficOf(pair)
 
 	// A restarted plugin keeps what it had: the idle entry's condition
 	// does not move (its transition time neither), nor the busy ones'.
-	n.killEFAKit(syscall.SIGTERM)
-	n.startEFAKit(p5Fixture, values...)
-	n.waitEFAs(t, 32)
+	n.KillEFAKit(syscall.SIGTERM)
+	n.StartEFAKit(p5Fixture, values...)
+	n.WaitEFAs(t, 32)
 	time.Sleep(3 * time.Second) // three health checks of the new plugin
 	after := trafficOf(pair)
 	for _, dev := range pairDevs {

@@ -1,28 +1,23 @@
-package driver_test
+package claims_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
-	"github.com/efakit/efakit/sysfs"
 )
 
 // TestSpecOfAnEarlierForm: a claim prepared by an efakit that gave the
 // kubelet one CDI device per request (its checkpoint names that ID, its
 // spec has that device only). Its containers start with that ID, so the
-// spec keeps it; the plugin's start adds a CDI device per allocated
-// device, the IDs it answers a repeated prepare with. A claim prepared
-// now has those only.
+// spec keeps it; the load adds a CDI device per allocated device, the IDs
+// it answers a repeated prepare with. A claim prepared now has those only.
 func TestSpecOfAnEarlierForm(t *testing.T) {
 	t.Parallel()
-	d := dirs{cdi: t.TempDir(), data: t.TempDir()}
-	fsys := edit(t, func(*sysfs.Entry) bool { return true })
+	d := newDirs(t)
 	old := claim("old", "a1111111-1111-1111-1111-111111111111", "efa-0000-4f-00-0", "efa-0000-50-00-0")
 	uid := string(old.UID)
 	w, err := cdi.NewWriter(d.cdi, "dra.net")
@@ -40,7 +35,8 @@ func TestSpecOfAnEarlierForm(t *testing.T) {
 	}}}
 	require.NoError(t, checkpoint.NewStore(d.data).Save(st))
 
-	p, w := startPlugin(t, fsys, d)
+	n := startOn(t, capture(t), d)
+	w = n.files.CDI
 	spec, err := w.Load(uid)
 	require.NoError(t, err)
 	var names []string
@@ -49,7 +45,7 @@ func TestSpecOfAnEarlierForm(t *testing.T) {
 	}
 	assert.Equal(t, []string{uid + "-efa", uid + "-efa_efa-0000-4f-00-0", uid + "-efa_efa-0000-50-00-0"}, names,
 		"the kubelet's ID kept, one per allocated device added")
-	r := prepareOne(t, p, old)
+	r := n.prepareOne(old)
 	require.NoError(t, r.Err)
 	require.Len(t, r.Devices, 2)
 	assert.Equal(t, []string{"dra.net/efa=" + uid + "-efa_efa-0000-50-00-0"}, r.Devices[1].CDIDeviceIDs)
@@ -57,7 +53,7 @@ func TestSpecOfAnEarlierForm(t *testing.T) {
 	// A claim prepared now: a CDI device per allocated device, no other,
 	// and no request ID in the checkpoint.
 	now := claim("now", "b2222222-2222-2222-2222-222222222222", "efa-0000-51-00-0", "efa-0000-52-00-0")
-	require.NoError(t, prepareOne(t, p, now).Err)
+	require.NoError(t, n.prepareOne(now).Err)
 	spec, err = w.Load(string(now.UID))
 	require.NoError(t, err)
 	require.Len(t, spec.Devices, 2)
@@ -66,8 +62,7 @@ func TestSpecOfAnEarlierForm(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, saved.Claims[string(now.UID)].CDIDeviceIDs)
 	assert.Equal(t, ids, saved.Claims[uid].CDIDeviceIDs, "the earlier claim keeps its ID")
-	u, err := p.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: old.UID}, {UID: now.UID}})
-	require.NoError(t, err)
+	u := n.unprepare(old, now)
 	require.NoError(t, u[old.UID])
 	require.NoError(t, u[now.UID])
 }

@@ -1,4 +1,4 @@
-package driver_test
+package claims_test
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
-	"github.com/efakit/efakit/sysfs"
 )
 
 // smallFS mounts a tmpfs of size bytes on a new directory, unmounted when
@@ -69,34 +68,32 @@ func listFiles(t *testing.T, dir string) []string {
 // TestPrepareOnFullDisk: with the CDI directory's file system full, a
 // prepare fails with an error that says so and what to do, leaves no file
 // behind (no spec, no temporary file, no checkpoint entry), and the
-// plugin's storage check says why prepares fail; once space returns, the
-// same prepare works and the check clears.
+// storage check says why prepares fail; once space returns, the same
+// prepare works and the check clears.
 func TestPrepareOnFullDisk(t *testing.T) {
 	t.Parallel()
 	d := dirs{cdi: smallFS(t, "256k"), data: t.TempDir()}
-	root, err := sysfs.OpenCapture(p5)
-	require.NoError(t, err)
-	p, w := startPlugin(t, root, d)
+	n := startOn(t, capture(t), d)
 	filler := fill(t, d.cdi)
 
 	c := claim("full", "f0000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
-	r := prepareOne(t, p, c)
+	r := n.prepareOne(c)
 	require.Error(t, r.Err)
 	assert.Contains(t, r.Err.Error(), "no space left on device (the file system is full: free space; the kubelet retries the prepare)")
 	assert.Empty(t, listFiles(t, d.cdi), "nothing half-written stays")
 	st, err := checkpoint.NewStore(d.data).Load(bootA)
 	require.NoError(t, err)
 	assert.Empty(t, st.Claims, "the claim is not recorded")
-	p.CheckStorage(context.Background())
-	assert.Contains(t, p.StorageProblem(), d.cdi+" has ")
-	assert.Contains(t, p.StorageProblem(), "bytes free (its file system is full)")
+	n.CheckStorage(context.Background())
+	assert.Contains(t, n.StorageProblem(), d.cdi+" has ")
+	assert.Contains(t, n.StorageProblem(), "bytes free (its file system is full)")
 
 	require.NoError(t, os.Remove(filler))
 	require.NoError(t, os.Remove(filepath.Join(d.cdi, "filler2")))
-	require.NoError(t, prepareOne(t, p, c).Err, "the next prepare after space returns works")
-	assert.Equal(t, []string{"/dev/infiniband/uverbs0 231:192"}, specNodesOf(t, w, c.UID))
-	p.CheckStorage(context.Background())
-	assert.Empty(t, p.StorageProblem())
+	require.NoError(t, n.prepareOne(c).Err, "the next prepare after space returns works")
+	assert.Equal(t, []string{"/dev/infiniband/uverbs0 231:192"}, specNodesOf(t, n.files.CDI, c.UID))
+	n.CheckStorage(context.Background())
+	assert.Empty(t, n.StorageProblem())
 }
 
 // TestPrepareOnReadOnlyCDI: a read-only CDI directory fails a prepare with
@@ -104,15 +101,13 @@ func TestPrepareOnFullDisk(t *testing.T) {
 func TestPrepareOnReadOnlyCDI(t *testing.T) {
 	t.Parallel()
 	d := dirs{cdi: smallFS(t, "1m"), data: t.TempDir()}
-	root, err := sysfs.OpenCapture(p5)
-	require.NoError(t, err)
-	p, _ := startPlugin(t, root, d)
+	n := startOn(t, capture(t), d)
 	out, err := exec.Command("mount", "-o", "remount,ro", d.cdi).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	r := prepareOne(t, p, claim("ro", "f0000000-0000-0000-0000-000000000002", "efa-0000-4f-00-0"))
+	r := n.prepareOne(claim("ro", "f0000000-0000-0000-0000-000000000002", "efa-0000-4f-00-0"))
 	require.Error(t, r.Err)
 	assert.Contains(t, r.Err.Error(), "read-only file system (the directory is read-only: make it writable; the kubelet retries the prepare)")
-	p.CheckStorage(context.Background())
-	assert.Equal(t, d.cdi+" is on a read-only file system", p.StorageProblem())
+	n.CheckStorage(context.Background())
+	assert.Equal(t, d.cdi+" is on a read-only file system", n.StorageProblem())
 }

@@ -1,7 +1,6 @@
-package driver_test
+package metrics_test
 
 import (
-	"context"
 	"io/fs"
 	"strings"
 	"sync"
@@ -12,11 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/internal/testfixture"
-	"github.com/efakit/efakit/plugin/cdi"
-	"github.com/efakit/efakit/plugin/driver"
-	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/metrics"
-	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -38,16 +33,15 @@ func TestEFAMetricsCache(t *testing.T) {
 	t.Parallel()
 	root, err := sysfs.OpenCapture(p5)
 	require.NoError(t, err)
+	list := &targetList{ts: targets(t, root.ReadLinkFS)}
 	cfs := testfixture.NewCountFS(root.ReadLinkFS)
-	p := newTestPlugin(t, cfs)
+	e, reg := newEFA(t, cfs, list)
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
-	p.EFAMetrics().Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	_, err = p.Rescan(context.Background())
-	require.NoError(t, err)
+	e.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	before := counterOpens(cfs)
 
-	gather(t, p.Registry())
+	gather(t, reg)
 	oneRead := counterOpens(cfs) - before
 	require.Positive(t, oneRead)
 	var wg sync.WaitGroup
@@ -55,7 +49,7 @@ func TestEFAMetricsCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := p.Registry().Gather()
+			_, err := reg.Gather()
 			assert.NoError(t, err)
 		}()
 	}
@@ -63,13 +57,13 @@ func TestEFAMetricsCache(t *testing.T) {
 	mu.Lock()
 	now = now.Add(metrics.DefaultEFACacheFor - time.Millisecond)
 	mu.Unlock()
-	gather(t, p.Registry())
+	gather(t, reg)
 	assert.Equal(t, oneRead, counterOpens(cfs)-before, "ten scrapes within the interval: one read")
 
 	mu.Lock()
 	now = now.Add(time.Millisecond)
 	mu.Unlock()
-	gather(t, p.Registry())
+	gather(t, reg)
 	assert.Equal(t, 2*oneRead, counterOpens(cfs)-before, "after the interval: read again")
 }
 
@@ -79,12 +73,11 @@ func TestEFAMetricsConcurrentScrapesOneRead(t *testing.T) {
 	t.Parallel()
 	root, err := sysfs.OpenCapture(p5)
 	require.NoError(t, err)
+	list := &targetList{ts: targets(t, root.ReadLinkFS)}
 	b := newBlockFS(root.ReadLinkFS, ibDir+"/ports/1/hw_counters/tx_bytes")
 	cfs := testfixture.NewCountFS(b)
-	p := newTestPlugin(t, cfs)
-	p.EFAMetrics().Timeout = time.Minute
-	_, err = p.Rescan(context.Background())
-	require.NoError(t, err)
+	e, reg := newEFA(t, cfs, list)
+	e.Timeout = time.Minute
 	before := counterOpens(cfs)
 
 	var wg sync.WaitGroup
@@ -93,7 +86,7 @@ func TestEFAMetricsConcurrentScrapesOneRead(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = gather(t, p.Registry())
+			results[i] = gather(t, reg)
 		}()
 	}
 	<-b.entered // the first read is under way and blocked
@@ -140,19 +133,18 @@ func TestEFAMetricsTimeout(t *testing.T) {
 	t.Parallel()
 	root, err := sysfs.OpenCapture(p5)
 	require.NoError(t, err)
+	list := &targetList{ts: targets(t, root.ReadLinkFS)}
 	b := newBlockFS(root.ReadLinkFS, ibDir+"/ports/1/hw_counters/tx_bytes")
 	cfs := testfixture.NewCountFS(b)
-	p := newTestPlugin(t, cfs)
+	e, reg := newEFA(t, cfs, list)
 	// Long enough for the 31 other reads (a few milliseconds) on a loaded
 	// machine under the race detector.
-	p.EFAMetrics().Timeout = metrics.DefaultEFATimeout
-	p.EFAMetrics().CacheFor = 0
-	_, err = p.Rescan(context.Background())
-	require.NoError(t, err)
+	e.Timeout = metrics.DefaultEFATimeout
+	e.CacheFor = 0
 
 	scrape := func() []series {
 		done := make(chan []series, 1)
-		go func() { done <- gather(t, p.Registry()) }()
+		go func() { done <- gather(t, reg) }()
 		select {
 		case ss := <-done:
 			return ss
@@ -174,28 +166,23 @@ func TestEFAMetricsTimeout(t *testing.T) {
 
 	close(b.release)
 	require.Eventually(t, func() bool {
-		return len(find(gather(t, p.Registry()), "efakit_efa_tx_bytes_total", efa0)) == 1
+		return len(find(gather(t, reg), "efakit_efa_tx_bytes_total", efa0)) == 1
 	}, time.Minute, 10*time.Millisecond)
 }
 
-// BenchmarkEFAMetricsScrape: one scrape of the whole registry that reads
-// the 32 EFAs of the p5 fixture (in memory) anew.
+// BenchmarkEFAMetricsScrape: one scrape of the plugin's whole registry
+// that reads the 32 EFAs of the p5 fixture (in memory) anew.
 func BenchmarkEFAMetricsScrape(b *testing.B) {
 	root, err := sysfs.OpenCapture(p5)
 	require.NoError(b, err)
-	w, err := cdi.NewWriter(b.TempDir(), "dra.net")
-	require.NoError(b, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{
-		Config: resources.Config{NodeName: node}, SysfsRoot: root, CDI: w,
-		Store: checkpoint.NewStore(b.TempDir()), BootID: bootA,
-	})
-	require.NoError(b, err)
-	p.EFAMetrics().CacheFor = 0
-	_, err = p.Rescan(context.Background())
-	require.NoError(b, err)
+	ts := targets(b, root.ReadLinkFS)
+	m := metrics.New()
+	e := metrics.NewEFA(root.ReadLinkFS, func() []metrics.Target { return ts })
+	e.CacheFor = 0
+	m.Registry.MustRegister(e)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := p.Registry().Gather(); err != nil {
+		if _, err := m.Registry.Gather(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package e2e
+package cluster
 
 import (
 	"context"
@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // The fleet harness: the real kube-apiserver, kube-scheduler and
@@ -312,7 +314,7 @@ func schedulerConfig(ct contender, kubeconfig string) string {
 
 // checkSchedulerConfig reads back, from the scheduler's /configz, that it
 // runs with the contender's rate and percentageOfNodesToScore.
-func checkSchedulerConfig(t *testing.T, c *controlPlane, ct contender) {
+func checkSchedulerConfig(t *testing.T, c *harness.ControlPlane, ct contender) {
 	t.Helper()
 	var got struct {
 		Config struct {
@@ -324,7 +326,7 @@ func checkSchedulerConfig(t *testing.T, c *controlPlane, ct contender) {
 		} `json:"componentconfig"`
 	}
 	require.EventuallyWithT(t, func(col *assert.CollectT) {
-		resp, err := getWithToken(c.scheduler + "/configz")
+		resp, err := getWithToken(c.Scheduler + "/configz")
 		require.NoError(col, err)
 		defer resp.Body.Close()
 		require.Equal(col, http.StatusOK, resp.StatusCode)
@@ -346,21 +348,21 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int, check bool) scaleResult {
 	ctx := context.Background()
 	sh := ct.shape
-	c, err := startControlPlane()
+	c, err := harness.StartControlPlane()
 	require.NoError(t, err)
-	defer c.stop()
+	defer c.Stop()
 	var schedArgs []string
-	if conf := schedulerConfig(ct, filepath.Join(c.dir, "admin.kubeconfig")); conf != "" {
-		path := filepath.Join(c.dir, "scheduler-config.yaml")
+	if conf := schedulerConfig(ct, filepath.Join(c.Dir, "admin.kubeconfig")); conf != "" {
+		path := filepath.Join(c.Dir, "scheduler-config.yaml")
 		require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 		schedArgs = []string{"--config", path}
 	}
-	require.NoError(t, c.startScheduler(schedArgs...))
+	require.NoError(t, c.StartScheduler(schedArgs...))
 	if schedArgs != nil {
 		checkSchedulerConfig(t, c, ct)
 	}
-	require.NoError(t, c.startControllerManager())
-	cfg := rest.CopyConfig(c.config)
+	require.NoError(t, c.StartControllerManager())
+	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	client, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
@@ -377,7 +379,7 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 	require.NoError(t, err)
 	for _, dc := range sh.classes {
 		_, err := client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{})
-		require.NoError(t, createIgnoreExists(err))
+		require.NoError(t, harness.CreateIgnoreExists(err))
 	}
 	setup := time.Now()
 	devices := newDeviceIndex()
@@ -409,7 +411,7 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := sched.scrape()
 		require.NoError(c, err)
-		assert.Equal(c, float64(nodes), m.value("scheduler_cache_size", map[string]string{"type": "nodes"}), "the nodes in the scheduler's cache")
+		assert.Equal(c, float64(nodes), m.Value("scheduler_cache_size", map[string]string{"type": "nodes"}), "the nodes in the scheduler's cache")
 	}, 5*time.Minute, 500*time.Millisecond, "the scheduler sees the %d nodes", nodes)
 
 	// The claims, one template per instance type.
@@ -425,7 +427,7 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 		}
 		templates[e.it.name] = tm.Name
 		_, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tm, metav1.CreateOptions{})
-		require.NoError(t, createIgnoreExists(err))
+		require.NoError(t, harness.CreateIgnoreExists(err))
 	}
 
 	// The burst.
@@ -433,7 +435,7 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 	defer w.stop()
 	before, err := sched.scrape()
 	require.NoError(t, err)
-	cpu0 := procCPU(t, c.proc("kube-scheduler"))
+	cpu0 := procCPU(t, procOf(c, "kube-scheduler"))
 	stopProfile := profileScheduler(t, c, s.pprof, fmt.Sprintf("%s-%d-r%d", strings.TrimSuffix(strings.ReplaceAll(ct.name, "@", "-"), "%"), nodes, round+1))
 	first := time.Now()
 	parallel(t, s.pods, 32, func(i int) error {
@@ -449,18 +451,18 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 	res.PodsPerSecond = float64(res.Bound) / last.Sub(first).Seconds()
 	lat := percentilesOf(w.latencies())
 	res.P50, res.P99 = lat.p50.Seconds(), lat.p99.Seconds()
-	res.SchedulerCPUms = (procCPU(t, c.proc("kube-scheduler")) - cpu0).Seconds() * 1000 / float64(max(res.Bound, 1))
+	res.SchedulerCPUms = (procCPU(t, procOf(c, "kube-scheduler")) - cpu0).Seconds() * 1000 / float64(max(res.Bound, 1))
 	after, err := sched.scrape()
 	require.NoError(t, err)
 	dra := map[string]string{"plugin": "DynamicResources", "extension_point": "Filter"}
-	sum := after.value("scheduler_plugin_execution_duration_seconds_sum", dra) - before.value("scheduler_plugin_execution_duration_seconds_sum", dra)
-	res.FilterSamples = after.value("scheduler_plugin_execution_duration_seconds_count", dra) - before.value("scheduler_plugin_execution_duration_seconds_count", dra)
+	sum := after.Value("scheduler_plugin_execution_duration_seconds_sum", dra) - before.Value("scheduler_plugin_execution_duration_seconds_sum", dra)
+	res.FilterSamples = after.Value("scheduler_plugin_execution_duration_seconds_count", dra) - before.Value("scheduler_plugin_execution_duration_seconds_count", dra)
 	res.FilterPerNodeUs = math.NaN()
 	if res.FilterSamples > 0 {
 		res.FilterPerNodeUs = sum / res.FilterSamples * 1e6
 	}
-	res.APIServerRSS = procRSS(t, c.proc("kube-apiserver"))
-	res.SchedulerRSS = procRSS(t, c.proc("kube-scheduler"))
+	res.APIServerRSS = procRSS(t, procOf(c, "kube-apiserver"))
+	res.SchedulerRSS = procRSS(t, procOf(c, "kube-scheduler"))
 	res.EtcdBytes = etcdInUse(t, c)
 	if check {
 		checkAllocations(t, ctx, client, ns, devices, s.pods)

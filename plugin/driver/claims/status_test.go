@@ -1,11 +1,10 @@
-package driver_test
+package claims_test
 
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
-	"path/filepath"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -16,16 +15,29 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/efakit/efakit/plugin/cdi"
-	"github.com/efakit/efakit/plugin/driver"
-	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/internal/gdrcases"
 	"github.com/efakit/efakit/plugin/driver/claimstatus"
 	"github.com/efakit/efakit/plugin/driver/resources"
-	"github.com/efakit/efakit/sysfs"
 )
 
-// These tests read what the plugin writes into prepared claims'
-// status.devices (driver/claimstatus), from the claim as the API holds it.
+// These tests read what the claim state has written into prepared claims'
+// status.devices (through driver/claimstatus), from the claim as the API
+// holds it.
+
+// withStatus makes a setup write claims' status through client, the
+// writer running until the test ends, its outcomes counted in the state's
+// metrics (as NewPlugin wires it).
+func withStatus(t *testing.T, client *fake.Clientset) func(*setup) {
+	return func(s *setup) {
+		m := s.deps.Metrics
+		s.deps.Status = claimstatus.New(claimstatus.Options{Client: client, DriverName: s.cfg.Driver(), Pool: s.cfg.NodeName,
+			Observe: func(out claimstatus.Outcome) { m.ClaimStatus.WithLabelValues(string(out)).Inc() }})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { s.deps.Status.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+}
 
 // claimEntries is a claim's status.devices as the API holds them, keyed
 // driver/device, with "/share" for a share.
@@ -71,6 +83,17 @@ func entryData(t *testing.T, d resourceapi.AllocatedDeviceStatus) claimstatus.EF
 	return out
 }
 
+// writes counts the status writes of claims a client was sent.
+func writes(client *fake.Clientset) int {
+	n := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "resourceclaims" && a.GetSubresource() == "status" {
+			n++
+		}
+	}
+	return n
+}
+
 var (
 	readyCond = func(cdiID string) claimstatus.Condition {
 		return claimstatus.Condition{Type: "Ready", Status: "True", Reason: "Prepared", Message: "CDI device " + cdiID + " written"}
@@ -85,22 +108,22 @@ var (
 			NCCL: "PXB: within NCCL's default GPUDirect RDMA level (PXB)"}}}
 )
 
-// TestClaimStatusSingle: a prepare through Serve gives the claim in the
-// API an entry for each of its EFAs (dra.net, this node's pool), with
-// Ready and Healthy True and the EFA's data; another driver's entry in the
-// claim stays as it was.
+// TestClaimStatusSingle: a prepare gives the claim in the API an entry for
+// each of its EFAs (dra.net, this node's pool), with Ready and Healthy
+// True and the EFA's data; another driver's entry in the claim stays as
+// it was.
 func TestClaimStatusSingle(t *testing.T) {
+	t.Parallel()
 	c := claim("single", "c1000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0", "efa-0000-50-00-0")
 	c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
 		resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: "gpu.nvidia.com", Pool: node, Device: "gpu-0"})
 	gpu := resourceapi.AllocatedDeviceStatus{Driver: "gpu.nvidia.com", Pool: node, Device: "gpu-0",
 		Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "GPUReady", LastTransitionTime: metav1.NewTime(time.Unix(1e9, 0))}}}
 	c.Status.Devices = []resourceapi.AllocatedDeviceStatus{gpu}
-	n := newNode(t, p5, c)
-	n.start()
-	defer n.stop()
-	require.Empty(t, n.prepare(c)[string(c.UID)].Error)
-	got := waitEntries(t, n.client, c, 3)
+	client := fake.NewClientset(c)
+	n := startOn(t, capture(t), newDirs(t), withStatus(t, client))
+	require.NoError(t, n.prepareOne(c).Err)
+	got := waitEntries(t, client, c, 3)
 	assert.Equal(t, gpu, got["gpu.nvidia.com/gpu-0"], "the other driver's entry untouched")
 	// Each EFA's own CDI device, the ID the kubelet reports its health
 	// under.
@@ -123,13 +146,12 @@ func TestClaimStatusSingle(t *testing.T) {
 // TestClaimStatusGroup: a group device has one entry, its data listing
 // its members.
 func TestClaimStatusGroup(t *testing.T) {
+	t.Parallel()
 	c := claim("grp", "c1000000-0000-0000-0000-000000000002", "efa-group-pci0000-44")
-	n := newNode(t, p5, c)
-	n.groups = resources.GroupsExclusive
-	n.start()
-	defer n.stop()
-	require.Empty(t, n.prepare(c)[string(c.UID)].Error)
-	e := waitEntries(t, n.client, c, 1)["dra.net/efa-group-pci0000-44"]
+	client := fake.NewClientset(c)
+	n := startOn(t, capture(t), newDirs(t), func(s *setup) { s.cfg.Groups = resources.GroupsExclusive }, withStatus(t, client))
+	require.NoError(t, n.prepareOne(c).Err)
+	e := waitEntries(t, client, c, 1)["dra.net/efa-group-pci0000-44"]
 	healthy, _ := entryCondition(e, "Healthy")
 	assert.Equal(t, claimstatus.Condition{Type: "Healthy", Status: "True", Reason: "Healthy", Message: "every member healthy"}, healthy)
 	data := entryData(t, e)
@@ -149,16 +171,15 @@ func TestClaimStatusGroup(t *testing.T) {
 // share, with the share's ID, and its data the shares held and the
 // request and CDI device of that share.
 func TestClaimStatusShares(t *testing.T) {
+	t.Parallel()
 	c := sharedClaim("two-shares", "c1000000-0000-0000-0000-000000000003",
 		share{"a", "efa-0000-4f-00-0", shareA, 1}, share{"b", "efa-0000-4f-00-0", shareB, 2})
-	n := newNode(t, p5, c)
-	n.sharing = resources.SharingCapacity
-	n.start()
-	defer n.stop()
-	r := n.prepare(c)[string(c.UID)]
-	require.Empty(t, r.Error)
+	client := fake.NewClientset(c)
+	n := startOn(t, capture(t), newDirs(t), sharing(0), withStatus(t, client))
+	r := n.prepareOne(c)
+	require.NoError(t, r.Err)
 	assert.Len(t, r.Devices, 2, "the kubelet gets each share")
-	got := waitEntries(t, n.client, c, 2)
+	got := waitEntries(t, client, c, 2)
 	for req, s := range map[string]share{"a": {id: shareA, shares: 1}, "b": {id: shareB, shares: 2}} {
 		e, ok := got["dra.net/efa-0000-4f-00-0/"+s.id]
 		require.True(t, ok, "share %s: %v", s.id, got)
@@ -170,52 +191,18 @@ func TestClaimStatusShares(t *testing.T) {
 	}
 }
 
-// statusPlugin is a Plugin on fsys writing claims' status through client,
-// with its checkpoint and CDI specs in dir, its status writer running
-// until the test ends.
-func statusPlugin(t *testing.T, fsys fs.ReadLinkFS, client *fake.Clientset, dir string) *driver.Plugin {
-	t.Helper()
-	w, err := cdi.NewWriter(filepath.Join(dir, "cdi"), "dra.net")
-	require.NoError(t, err)
-	p, err := driver.NewPlugin(context.Background(), driver.PluginOptions{Config: resources.Config{NodeName: node}, SysfsRoot: fsys, CDI: w,
-		Store: checkpoint.NewStore(filepath.Join(dir, "data")), BootID: bootA, StatusClient: client})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.StatusWriter().Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return p
-}
-
-// writes counts the status writes of claims a client was sent.
-func writes(client *fake.Clientset) int {
-	n := 0
-	for _, a := range client.Actions() {
-		if a.GetVerb() == "patch" && a.GetResource().Resource == "resourceclaims" && a.GetSubresource() == "status" {
-			n++
-		}
-	}
-	return n
-}
-
-// TestClaimStatusHealth: when a prepared EFA's port goes DOWN, the next
-// scan turns its entry's Healthy False, saying why, and its data's port
-// state; when the port is ACTIVE again, True. Ready stays, with the
-// transition time of the prepare.
+// TestClaimStatusHealth: when a prepared EFA's port goes DOWN, the status
+// sync after the next scan turns its entry's Healthy False, saying why,
+// and its data's port state; when the port is ACTIVE again, True. Ready
+// stays, with the transition time of the prepare.
 func TestClaimStatusHealth(t *testing.T) {
 	t.Parallel()
-	s := &swapFS{}
-	up := edit(t, func(*sysfs.Entry) bool { return true })
-	s.cur.Store(up)
+	up := capture(t)
+	s := swapped(up)
 	c := claim("h", "c2000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
 	client := fake.NewClientset(c)
-	p := statusPlugin(t, s, client, t.TempDir())
-	ctx := context.Background()
-	_, err := p.Rescan(ctx)
-	require.NoError(t, err)
-	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
-	require.NoError(t, err)
-	require.NoError(t, res[c.UID].Err)
+	n := startOn(t, s, newDirs(t), withStatus(t, client))
+	require.NoError(t, n.prepareOne(c).Err)
 	e := waitEntries(t, client, c, 1)["dra.net/efa-0000-4f-00-0"]
 	_, prepared := entryCondition(e, "Ready")
 	healthy := func() claimstatus.Condition {
@@ -225,8 +212,7 @@ func TestClaimStatusHealth(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // transition times are in seconds
 
 	s.cur.Store(portDown(t, "4f"))
-	_, err = p.Rescan(ctx)
-	require.NoError(t, err)
+	n.rescan()
 	down := claimstatus.Condition{Type: "Healthy", Status: "False", Reason: "PortNotActive", Message: "port DOWN"}
 	require.Eventually(t, func() bool { return healthy() == down }, 10*time.Second, 10*time.Millisecond, "Healthy: %v", healthy())
 	e = claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"]
@@ -238,41 +224,48 @@ func TestClaimStatusHealth(t *testing.T) {
 	assert.True(t, turned.After(prepared), "Healthy turned at the scan: %v, prepared %v", turned, prepared)
 
 	s.cur.Store(up)
-	_, err = p.Rescan(ctx)
-	require.NoError(t, err)
+	n.rescan()
 	require.Eventually(t, func() bool { return healthy() == healthyCond }, 10*time.Second, 10*time.Millisecond, "Healthy: %v", healthy())
 	_, at = entryCondition(claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"], "Ready")
 	assert.Equal(t, prepared, at, "Ready's transition time stays")
 }
 
-// TestClaimStatusRestored: at a restart, a claim restored from the
+// TestClaimStatusRestored: after a restart, a claim restored from the
 // checkpoint has its entries read from the API first; unchanged, nothing
 // is written. A change after that is written, with the transition times
 // the API held.
 func TestClaimStatusRestored(t *testing.T) {
 	t.Parallel()
-	s := &swapFS{}
-	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
+	s := swapped(capture(t))
 	c := claim("r", "c3000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
 	client := fake.NewClientset(c)
-	dir := t.TempDir()
-	ctx := context.Background()
-	first := statusPlugin(t, s, client, dir)
-	_, err := first.Rescan(ctx)
-	require.NoError(t, err)
-	res, err := first.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
-	require.NoError(t, err)
-	require.NoError(t, res[c.UID].Err)
+	d := dirs{cdi: t.TempDir(), data: t.TempDir()}
+	noLock := func(s *setup) { s.files.DataDir = "" }
+	first := startOn(t, s, d, noLock, withStatus(t, client))
+	require.NoError(t, first.prepareOne(c).Err)
 	_, prepared := entryCondition(waitEntries(t, client, c, 1)["dra.net/efa-0000-4f-00-0"], "Ready")
 	require.Equal(t, 1, writes(client))
 	time.Sleep(1100 * time.Millisecond) // transition times are in seconds
 
 	client.ClearActions()
-	p := statusPlugin(t, s, client, dir) // the restarted plugin
-	_, err = p.Rescan(ctx)
-	require.NoError(t, err)
+	n := startOn(t, s, d, noLock, withStatus(t, client)) // the restarted plugin's
+	n.rescan()
 	require.Eventually(t, func() bool {
-		return len(find(gather(t, p.Registry()), "efakit_plugin_claim_status_writes_total", map[string]string{"outcome": "written"})) == 1
+		mfs, err := n.deps.Metrics.Registry.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "efakit_plugin_claim_status_writes_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "written" {
+						return true
+					}
+				}
+			}
+		}
+		return false
 	}, 10*time.Second, 10*time.Millisecond, "the restored claim's status done")
 	var read bool
 	for _, a := range client.Actions() {
@@ -282,8 +275,7 @@ func TestClaimStatusRestored(t *testing.T) {
 	assert.Zero(t, writes(client), "unchanged: nothing written")
 
 	s.cur.Store(portDown(t, "4f"))
-	_, err = p.Rescan(ctx)
-	require.NoError(t, err)
+	n.rescan()
 	require.Eventually(t, func() bool { return writes(client) == 1 }, 10*time.Second, 10*time.Millisecond)
 	e := claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"]
 	healthy, _ := entryCondition(e, "Healthy")
@@ -292,9 +284,9 @@ func TestClaimStatusRestored(t *testing.T) {
 	assert.Equal(t, prepared, at, "Ready's transition time as the API held it")
 }
 
-// TestClaimStatusOffPreparePath: the plugin's prepare never waits on the
-// API: with every status write blocked, claims are prepared and answered,
-// and their entries are written once the API answers again.
+// TestClaimStatusOffPreparePath: a prepare never waits on the API: with
+// every status write blocked, claims are prepared and answered, and their
+// entries are written once the API answers again.
 func TestClaimStatusOffPreparePath(t *testing.T) {
 	t.Parallel()
 	a := claim("a", "c4000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
@@ -311,22 +303,13 @@ func TestClaimStatusOffPreparePath(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	p := statusPlugin(t, edit(t, func(*sysfs.Entry) bool { return true }), client, t.TempDir())
+	n := startOn(t, capture(t), newDirs(t), withStatus(t, client))
 	t.Cleanup(func() { close(release) }) // before the writer stops
-	ctx := context.Background()
-	_, err := p.Rescan(ctx)
-	require.NoError(t, err)
 
 	// prepareWithin prepares c, failing when the call takes 10 s.
 	prepareWithin := func(c *resourceapi.ResourceClaim) {
 		done := make(chan error, 1)
-		go func() {
-			res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
-			if err == nil {
-				err = res[c.UID].Err
-			}
-			done <- err
-		}()
+		go func() { done <- n.prepareOne(c).Err }()
 		select {
 		case err := <-done:
 			require.NoError(t, err, c.Name)
@@ -349,4 +332,43 @@ func TestClaimStatusOffPreparePath(t *testing.T) {
 	release <- struct{}{}
 	waitEntries(t, client, a, 1)
 	waitEntries(t, client, b, 1)
+}
+
+// TestClaimStatusGPUDirect: a prepared claim's status names each of its
+// EFA's GPU pairs with their GPUDirect readiness, and follows the NVIDIA
+// driver when it changes: the P6e case NVIDIA/aicr measured, blocked under
+// R595, ready once the node runs R580 with the override.
+func TestClaimStatusGPUDirect(t *testing.T) {
+	t.Parallel()
+	m := gdrcases.Machine{Product: "p6e-gb300r.36xlarge", EFAID: 0xefa3, NoGroup: true, P2P: "NVIDIA", EFAModule: "2.17.1g", NVIDIA: "595.91.07"}
+	s := swapped(m.Build().FS())
+	proc := fstest.MapFS{
+		"sys/kernel/osrelease": {Data: []byte("6.1.119-129.201.amzn2023.aarch64\n")},
+		"driver/nvidia/params": {Data: []byte("ModifyDeviceFiles: 1\nGrdmaPciTopoCheckOverride: 1\n")},
+	}
+	c := claim("gdr", "c4000000-0000-0000-0000-000000000001", "efa-0000-97-00-0")
+	client := fake.NewClientset(c)
+	n := startOn(t, s, newDirs(t), func(x *setup) { x.proc = proc; x.files.DataDir = "" }, withStatus(t, client))
+	require.NoError(t, n.prepareOne(c).Err)
+
+	gdr := func() []claimstatus.GPUDirectData {
+		e, ok := claimEntries(t, client, c)["dra.net/efa-0000-97-00-0"]
+		if !ok || e.Data == nil {
+			return nil
+		}
+		var d claimstatus.EFAData
+		require.NoError(t, json.Unmarshal(e.Data.Raw, &d))
+		return d.GPUDirect
+	}
+	blocked := []claimstatus.GPUDirectData{{GPU: "0000:9d:00.0", Link: "NODE", Status: "blocked",
+		NotReady: []string{"dma-buf nvidia-topology-check: blocked", "peer-memory efa-peer-memory: blocked"}}}
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(blocked, gdr()) }, 10*time.Second, 10*time.Millisecond, "gpuDirect: %+v", gdr())
+
+	// The node moves to R580 with the override: the next scan says ready.
+	m.NVIDIA = "580.173.02"
+	s.cur.Store(m.Build().FS())
+	n.rescan()
+	ready := []claimstatus.GPUDirectData{{GPU: "0000:9d:00.0", Link: "NODE", Status: "ready", ReadyBy: []string{"dma-buf"},
+		NotReady: []string{"peer-memory efa-peer-memory: blocked"}}}
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(ready, gdr()) }, 10*time.Second, 10*time.Millisecond, "gpuDirect: %+v", gdr())
 }

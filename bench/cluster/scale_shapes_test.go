@@ -1,4 +1,4 @@
-package e2e
+package cluster
 
 import (
 	"encoding/json"
@@ -18,6 +18,7 @@ import (
 	"github.com/efakit/efakit/pcie"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/test/e2e/harness"
 	"github.com/efakit/efakit/topology"
 )
 
@@ -143,7 +144,7 @@ func efakitShape(mode resources.GroupMode, full bool) *shape {
 	if full {
 		name += "-full"
 	}
-	classes := append(resources.DeviceClasses(resources.ClassOptions{}), accelClass(resources.GPUDeviceClass), accelClass(resources.NeuronDeviceClass))
+	classes := append(resources.DeviceClasses(resources.ClassOptions{}), harness.AccelClass(resources.GPUDeviceClass), harness.AccelClass(resources.NeuronDeviceClass))
 	return &shape{name: name, classes: classes, ownDriver: resources.DefaultDriverName,
 		slices: func(node string, it *instanceType) []*resourceapi.ResourceSlice {
 			cfg := resources.Config{NodeName: node, Groups: mode}
@@ -203,7 +204,7 @@ func accelSlices(node string, it *instanceType) []*resourceapi.ResourceSlice {
 	if gpus := nvidiaGPUs(node, it); len(gpus) > 0 {
 		out = append(out, slice("gpus-"+node, resources.GPUDeviceClass, node, gpus))
 	}
-	if ns := neuronDevices(it.topo); len(ns) > 0 {
+	if ns := harness.NeuronDevices(it.topo); len(ns) > 0 {
 		out = append(out, slice("neurons-"+node, resources.NeuronDeviceClass, node, ns))
 	}
 	return out
@@ -252,14 +253,19 @@ func nvidiaGPUs(node string, it *instanceType) []resourceapi.Device {
 func strAttr(s string) resourceapi.DeviceAttribute {
 	return resourceapi.DeviceAttribute{StringValue: &s}
 }
+
 func verAttr(s string) resourceapi.DeviceAttribute {
 	return resourceapi.DeviceAttribute{VersionValue: &s}
 }
+
 func intAttr(n int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &n} }
+
 func boolAttr(b bool) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{BoolValue: &b} }
+
 func dranetName(a pcie.Address) string {
 	return "pci-" + strings.NewReplacer(":", "-", ".", "-").Replace(a.String())
 }
+
 func qn(domain, name string) resourceapi.QualifiedName {
 	return resourceapi.QualifiedName(domain + "/" + name)
 }
@@ -271,7 +277,7 @@ func dranetShape() *shape {
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: `device.driver == "dra.net" && device.attributes["dra.net"].pciDevice == 'Elastic Fabric Adapter (EFA)'`}}}}}
 	return &shape{name: "dranet", ownDriver: d,
-		classes: []*resourceapi.DeviceClass{class, accelClass(resources.GPUDeviceClass), accelClass(resources.NeuronDeviceClass)},
+		classes: []*resourceapi.DeviceClass{class, harness.AccelClass(resources.GPUDeviceClass), harness.AccelClass(resources.NeuronDeviceClass)},
 		slices: func(node string, it *instanceType) []*resourceapi.ResourceSlice {
 			var devs []resourceapi.Device
 			for _, e := range it.topo.Of(topology.KindEFA) {

@@ -1,4 +1,4 @@
-package driver_test
+package resources_test
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 	"github.com/efakit/efakit/topology"
 )
 
+// node is the node the tests publish for.
 const node = "node-1"
 
 // awsEFAClass is AWS's EFA DeviceClass, written out as AWS ships it, so a
@@ -99,7 +100,7 @@ func otherDriverSlices(t *topology.Topology) []*resourceapi.ResourceSlice {
 // claimPaths are the users' claims, as they apply them: testdata/claims.
 func claimPaths(t *testing.T) []string {
 	t.Helper()
-	paths, err := filepath.Glob("../../testdata/claims/*.yaml")
+	paths, err := filepath.Glob("../../../testdata/claims/*.yaml")
 	require.NoError(t, err)
 	require.NotEmpty(t, paths, "no claims in testdata/claims")
 	return paths
@@ -227,7 +228,7 @@ func TestClaimsWithRealAllocator(t *testing.T) {
 	claims := loadClaims(t)
 	require.Contains(t, claims, "aligned-efa-nvidia")
 	ours := resources.DeviceClasses(resources.ClassOptions{})[0]
-	for name, path := range testfixture.Captures(t, "../..") {
+	for name, path := range testfixture.Captures(t, "../../..") {
 		root, err := sysfs.Open(path)
 		require.NoError(t, err)
 		topo, err := topology.Scan(root)
@@ -313,7 +314,7 @@ func TestAllEFAsOneGPU(t *testing.T) {
 	t.Parallel()
 	claim := loadClaims(t)["aligned-all-efa-one-nvidia"]
 	require.NotNil(t, claim)
-	for name, path := range testfixture.Captures(t, "../..") {
+	for name, path := range testfixture.Captures(t, "../../..") {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			o := allocate(t, path, awsEFAClass, claim)

@@ -1,4 +1,4 @@
-package driver_test
+package resources_test
 
 import (
 	"context"
@@ -109,15 +109,13 @@ func byRequest(r resourceapi.AllocationResult) map[string][]resourceapi.DeviceRe
 	return out
 }
 
-var modes = []resources.GroupMode{resources.GroupsNone, resources.GroupsExclusive, resources.GroupsMixed}
-
 // TestTemplatesAllocate: every template `efakit claims` prints for a
 // machine allocates PerNode times on one node, each time with the right
 // members, and not once more; the whole-node pod allocates at once.
 func TestTemplatesAllocate(t *testing.T) {
 	t.Parallel()
-	for name, path := range testfixture.Captures(t, "../..") {
-		for _, mode := range modes {
+	for name, path := range testfixture.Captures(t, "../../..") {
+		for _, mode := range groupModes {
 			t.Run(fmt.Sprintf("%s/%s", name, modeName(mode)), func(t *testing.T) {
 				t.Parallel()
 				probe := newCluster(t, path, mode)
@@ -239,7 +237,7 @@ func TestMixedNeverBoth(t *testing.T) {
 	for _, name := range []string{"p5.48xlarge", "p4d.24xlarge", "trn2.48xlarge"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			path := "../../testdata/sysfs/" + name + ".sysfs"
+			path := "../../../testdata/sysfs/" + name + ".sysfs"
 			// Group first, then singles until none is left.
 			c := newCluster(t, path, resources.GroupsMixed)
 			groupTm := singleClaim(resources.DefaultGroupDeviceClass)
@@ -293,7 +291,7 @@ func TestMixedNeverBoth(t *testing.T) {
 // single EFA.
 func TestGroupsWithoutGPU(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, "../../testdata/sysfs/trn1.32xlarge.sysfs", resources.GroupsExclusive)
+	c := newCluster(t, "../../../testdata/sysfs/trn1.32xlarge.sysfs", resources.GroupsExclusive)
 	for range 4 {
 		res, err := c.allocate(c.claim(singleClaim(resources.DefaultGroupDeviceClass)))
 		require.NoError(t, err)
@@ -302,7 +300,7 @@ func TestGroupsWithoutGPU(t *testing.T) {
 	res, err := c.allocate(c.claim(singleClaim(resources.DefaultGroupDeviceClass)))
 	require.NoError(t, err)
 	assert.Empty(t, res, "four roots, four groups")
-	c = newCluster(t, "../../testdata/sysfs/trn1.32xlarge.sysfs", resources.GroupsExclusive)
+	c = newCluster(t, "../../../testdata/sysfs/trn1.32xlarge.sysfs", resources.GroupsExclusive)
 	res, err = c.allocate(c.claim(singleClaim(awsEFAClass.Name)))
 	require.NoError(t, err)
 	assert.Empty(t, res, "exclusive mode: no single EFA to select")

@@ -1,4 +1,4 @@
-package driver_test
+package resources_test
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // candidate node, as kube-scheduler's filter does. The claim is the node's
 // own "GPU with its EFAs" template in each group mode.
 func BenchmarkSchedulingCost(b *testing.B) {
-	root, err := sysfs.OpenCapture("../../testdata/sysfs/p5.48xlarge.sysfs")
+	root, err := sysfs.OpenCapture(p5)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func BenchmarkSchedulingCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, nodes := range []int{100, 1000} {
-		for _, mode := range modes {
+		for _, mode := range groupModes {
 			b.Run(fmt.Sprintf("nodes=%d/%s", nodes, modeName(mode)), func(b *testing.B) {
 				var slices []*resourceapi.ResourceSlice
 				var nodeObjs []*v1.Node

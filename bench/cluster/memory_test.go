@@ -1,4 +1,4 @@
-package e2e
+package cluster
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // maxPluginRSS is the budget for the plugin's steady VmRSS on a p5: 35 MB.
@@ -44,19 +45,19 @@ func procStatus(t *testing.T, pid int) map[string]int64 {
 	return out
 }
 
-// metrics reads the plugin's /metrics: each unlabelled sample by name.
-func (n *e2eNode) metrics() map[string]float64 {
-	n.t.Helper()
-	resp, err := http.Get(n.http + "/metrics")
-	require.NoError(n.t, err)
+// pluginMetrics reads the plugin's /metrics: each unlabelled sample by name.
+func pluginMetrics(n *harness.E2ENode) map[string]float64 {
+	n.T.Helper()
+	resp, err := http.Get(n.HTTP + "/metrics")
+	require.NoError(n.T, err)
 	defer resp.Body.Close()
-	m, err := parseMetrics(resp.Body)
-	require.NoError(n.t, err)
+	m, err := harness.ParseMetrics(resp.Body)
+	require.NoError(n.T, err)
 	out := map[string]float64{}
 	for name, samples := range m {
 		for _, s := range samples {
-			if len(s.labels) == 0 {
-				out[name] = s.value
+			if len(s.Labels) == 0 {
+				out[name] = s.Value
 			}
 		}
 	}
@@ -72,30 +73,30 @@ func (n *e2eNode) metrics() map[string]float64 {
 // within 35 MB. The rescan and health intervals are 5 s (1 minute and 10 s
 // by default) so that this takes seconds, not minutes.
 func TestPluginMemory(t *testing.T) {
-	c := apiServer(t)
-	bin, err := pluginBinary() // as the image builds it
+	c := harness.APIServer(t)
+	bin, err := harness.PluginBinary() // as the image builds it
 	require.NoError(t, err)
 	// A directory, as /sys is on a node (a capture file would be held in
 	// the plugin's heap: 1.4 MB for the p5's).
-	f, err := os.Open("../../testdata/sysfs/p5.48xlarge.sysfs")
+	f, err := os.Open(p5Fixture)
 	require.NoError(t, err)
 	entries, err := sysfs.ParseCapture(f)
 	f.Close()
 	require.NoError(t, err)
 	sys := filepath.Join(t.TempDir(), "sys")
 	require.NoError(t, sysfs.WriteDir(sys, entries))
-	n := newE2ENode(t, c, "p5-memory", sys, resources.GroupsNone, func(n *e2eNode) {
-		n.bin = bin
-		n.args = []string{"--rescan-interval", "5s", "--health-interval", "5s"}
+	n := harness.NewE2ENode(t, c, "p5-memory", sys, resources.GroupsNone, func(n *harness.E2ENode) {
+		n.Bin = bin
+		n.Args = []string{"--rescan-interval", "5s", "--health-interval", "5s"}
 	})
-	n.slices(32)
-	pid := n.proc.Process.Pid
+	n.Slices(32)
+	pid := n.Proc.Process.Pid
 
 	// The kubelet keeps the health stream open (on the DRA socket,
 	// conns[1]); the plugin sends on it every health interval.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := drahealth.NewDRAResourceHealthClient(n.conns[1]).NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
+	stream, err := drahealth.NewDRAResourceHealthClient(n.Conns[1]).NodeWatchResources(ctx, &drahealth.NodeWatchResourcesRequest{})
 	require.NoError(t, err)
 	var reports atomic.Int32
 	go func() {
@@ -108,18 +109,18 @@ func TestPluginMemory(t *testing.T) {
 	}()
 
 	released := func() bool {
-		b, _ := os.ReadFile(filepath.Join(n.dir, "plugin.log"))
+		b, _ := os.ReadFile(filepath.Join(n.Dir, "plugin.log"))
 		return strings.Contains(string(b), "Gave start-up pages back to the kernel")
 	}
-	if !poll(released, 30*time.Second, 200*time.Millisecond) {
-		t.Errorf("the plugin gives its start-up pages back after its first rescan; log:\n%s", n.log())
+	if !harness.Poll(released, 30*time.Second, 200*time.Millisecond) {
+		t.Errorf("the plugin gives its start-up pages back after its first rescan; log:\n%s", n.Log())
 		t.Log("measuring without it")
 	}
 	// Steady: after the release, at least three more rescans and two
 	// collections (each touches the code and tables it needs again).
-	m0 := n.metrics()
+	m0 := pluginMetrics(n)
 	require.Eventually(t, func() bool {
-		m := n.metrics()
+		m := pluginMetrics(n)
 		return m["efakit_plugin_scan_seconds_count"] >= m0["efakit_plugin_scan_seconds_count"]+3 &&
 			m["go_gc_duration_seconds_count"] >= m0["go_gc_duration_seconds_count"]+2
 	}, 60*time.Second, 5*time.Second, "rescans and collections after the release")
@@ -132,7 +133,7 @@ func TestPluginMemory(t *testing.T) {
 			peak = st
 		}
 	}
-	m := n.metrics()
+	m := pluginMetrics(n)
 	mb := func(b float64) string { return fmt.Sprintf("%.1f MB", b/1e6) }
 	t.Logf("plugin steady on a p5: VmRSS %s (RssAnon %s, RssFile %s); VmHWM %s at start", mb(float64(peak["VmRSS"])),
 		mb(float64(peak["RssAnon"])), mb(float64(peak["RssFile"])), mb(float64(peak["VmHWM"])))

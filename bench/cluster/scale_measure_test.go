@@ -1,4 +1,4 @@
-package e2e
+package cluster
 
 import (
 	"crypto/tls"
@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // What the fleet harness reads of the control plane: the processes' CPU
@@ -26,9 +26,9 @@ import (
 
 func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
 
-// proc is the control plane's process of a binary.
-func (c *controlPlane) proc(name string) *exec.Cmd {
-	for _, p := range c.procs {
+// procOf is the control plane's process of a binary.
+func procOf(c *harness.ControlPlane, name string) *exec.Cmd {
+	for _, p := range c.Procs {
 		if filepath.Base(p.Path) == name {
 			return p
 		}
@@ -78,7 +78,7 @@ func getWithToken(url string) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Authorization", "Bearer "+harness.AdminToken)
 	resp, err := secureClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -94,25 +94,17 @@ func getWithToken(url string) (*http.Response, error) {
 // scraper reads a component's /metrics.
 type scraper struct{ url string }
 
-func newScraper(c *controlPlane, name string) *scraper {
+func newScraper(c *harness.ControlPlane, name string) *scraper {
 	switch name {
 	case "kube-scheduler":
-		return &scraper{url: c.scheduler + "/metrics"}
+		return &scraper{url: c.Scheduler + "/metrics"}
 	case "etcd":
-		return &scraper{url: c.etcd + "/metrics"}
+		return &scraper{url: c.Etcd + "/metrics"}
 	}
-	return &scraper{url: c.url + "/metrics"}
+	return &scraper{url: c.URL + "/metrics"}
 }
 
-// metricsSnapshot is every sample by metric name.
-type metricsSnapshot map[string][]sample
-
-type sample struct {
-	labels map[string]string
-	value  float64
-}
-
-func (s *scraper) scrape() (metricsSnapshot, error) {
+func (s *scraper) scrape() (harness.MetricsSnapshot, error) {
 	var resp *http.Response
 	var err error
 	if strings.HasPrefix(s.url, "https:") {
@@ -124,73 +116,22 @@ func (s *scraper) scrape() (metricsSnapshot, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return parseMetrics(resp.Body)
-}
-
-// parseMetrics reads Prometheus text: every sample by metric name, a
-// histogram's or summary's as its _sum and _count. The e2e's one parser of /metrics.
-func parseMetrics(r io.Reader) (metricsSnapshot, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, err
-	}
-	out := metricsSnapshot{}
-	for name, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			switch {
-			case m.GetHistogram() != nil:
-				h := m.GetHistogram()
-				out[name+"_sum"] = append(out[name+"_sum"], sample{labels, h.GetSampleSum()})
-				out[name+"_count"] = append(out[name+"_count"], sample{labels, float64(h.GetSampleCount())})
-			case m.GetSummary() != nil:
-				sm := m.GetSummary()
-				out[name+"_sum"] = append(out[name+"_sum"], sample{labels, sm.GetSampleSum()})
-				out[name+"_count"] = append(out[name+"_count"], sample{labels, float64(sm.GetSampleCount())})
-			case m.GetCounter() != nil:
-				out[name] = append(out[name], sample{labels, m.GetCounter().GetValue()})
-			case m.GetGauge() != nil:
-				out[name] = append(out[name], sample{labels, m.GetGauge().GetValue()})
-			case m.GetUntyped() != nil:
-				out[name] = append(out[name], sample{labels, m.GetUntyped().GetValue()})
-			}
-		}
-	}
-	return out, nil
-}
-
-// value sums the samples of a metric whose labels include match.
-func (m metricsSnapshot) value(name string, match map[string]string) float64 {
-	sum := 0.0
-	for _, s := range m[name] {
-		ok := true
-		for k, v := range match {
-			ok = ok && s.labels[k] == v
-		}
-		if ok {
-			sum += s.value
-		}
-	}
-	return sum
+	return harness.ParseMetrics(resp.Body)
 }
 
 // etcdInUse is the part of etcd's database in use
 // (etcd_mvcc_db_total_size_in_use_in_bytes).
-func etcdInUse(t *testing.T, c *controlPlane) int64 {
+func etcdInUse(t *testing.T, c *harness.ControlPlane) int64 {
 	t.Helper()
 	m, err := newScraper(c, "etcd").scrape()
 	require.NoError(t, err)
-	return int64(m.value("etcd_mvcc_db_total_size_in_use_in_bytes", nil))
+	return int64(m.Value("etcd_mvcc_db_total_size_in_use_in_bytes", nil))
 }
 
 // profileScheduler takes a CPU profile of kube-scheduler (its
 // /debug/pprof, on by default) from now until the returned function is
 // called, into dir/name.pprof; nothing when dir is "".
-func profileScheduler(t *testing.T, c *controlPlane, dir, name string) func() {
+func profileScheduler(t *testing.T, c *harness.ControlPlane, dir, name string) func() {
 	if dir == "" {
 		return func() {}
 	}
@@ -208,7 +149,7 @@ func profileScheduler(t *testing.T, c *controlPlane, dir, name string) func() {
 				return
 			default:
 			}
-			resp, err := getWithToken(c.scheduler + "/debug/pprof/profile?seconds=10")
+			resp, err := getWithToken(c.Scheduler + "/debug/pprof/profile?seconds=10")
 			if err != nil {
 				t.Logf("profile of the scheduler: %v", err)
 				return

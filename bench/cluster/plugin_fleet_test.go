@@ -1,4 +1,4 @@
-package e2e
+package cluster
 
 import (
 	"bufio"
@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/efakit/efakit/sysfs"
+	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 // The plugin's own API cost at fleet scale: N real efakit-plugin
@@ -103,12 +104,12 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 	dir := t.TempDir()
 	policy, auditLog := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
 	require.NoError(t, os.WriteFile(policy, []byte(auditPolicy), 0o644))
-	c, err := startControlPlane("--audit-policy-file", policy, "--audit-log-path", auditLog)
+	c, err := harness.StartControlPlane("--audit-policy-file", policy, "--audit-log-path", auditLog)
 	require.NoError(t, err)
-	t.Cleanup(c.stop)
+	t.Cleanup(c.Stop)
 	ctx := context.Background()
 	if bin == "" {
-		bin, err = pluginBinary()
+		bin, err = harness.PluginBinary()
 		require.NoError(t, err)
 	} else {
 		// Named efakit-plugin, as its user agent says (client-go takes
@@ -120,7 +121,7 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 	}
 
 	// One sysfs directory for all: the plugins only read it.
-	f, err := os.Open("../../testdata/sysfs/p5.48xlarge.sysfs")
+	f, err := os.Open(p5Fixture)
 	require.NoError(t, err)
 	entries, err := sysfs.ParseCapture(f)
 	f.Close()
@@ -130,25 +131,25 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 	// The plugins act as the chart's: its role, its admission policy, a
 	// token bound to a pod on each node (a role the plugin outgrew fails
 	// here, as it would on a cluster).
-	_, err = c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
+	_, err = c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "efakit"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	var access []runtime.Object
-	for _, o := range render(t) {
+	for _, o := range harness.Render(t) {
 		if _, ok := o.(*appsv1.DaemonSet); !ok {
 			access = append(access, o)
 		}
 	}
-	apply(t, c.config, access)
+	harness.Apply(t, c.Config, access)
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("fleet-%03d", i)
-		require.NoError(t, createReadyNode(ctx, c.client, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}))
+		require.NoError(t, createReadyNode(ctx, c.Client, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}))
 	}
 	kubeconfigs := make([]string, n)
 	for i, name := range names {
 		d := filepath.Join(dir, name)
 		require.NoError(t, os.MkdirAll(d, 0o755))
-		kubeconfigs[i] = pluginKubeconfig(t, c, "efakit", name, d)
+		kubeconfigs[i] = harness.PluginKubeconfig(t, c, "efakit", name, d)
 	}
 
 	// All plugins start at once, as on a fleet launched together.
@@ -188,7 +189,7 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 	}
 	// Every node's 32 EFAs published.
 	published := func() (int, string) {
-		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net"})
+		l, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net"})
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -232,11 +233,11 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 	phase("steady", s0, time.Now())
 
 	// Restarting kubelets delete every slice of their node: all at once.
-	l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net"})
+	l, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=dra.net"})
 	require.NoError(t, err)
 	deleted := len(l.Items)
 	s0 = time.Now()
-	require.NoError(t, c.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=dra.net"}))
+	require.NoError(t, c.Client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=dra.net"}))
 	back := waitPublished("after every slice was deleted")
 	t.Logf("every slice back %s after the delete", back.Sub(s0).Round(time.Millisecond))
 	time.Sleep(times.settle)
@@ -245,9 +246,9 @@ func runPluginFleet(t *testing.T, n int, times fleetTimes, bin string, args ...s
 	// The API server goes away: every watch breaks, and the plugins'
 	// clients back off until it answers again.
 	s0 = time.Now()
-	c.stopAPIServer()
+	c.StopAPIServer()
 	time.Sleep(times.down)
-	require.NoError(t, c.startAPIServer())
+	require.NoError(t, c.StartAPIServer())
 	ready := time.Now()
 	waitPublished("after the API server restart")
 	time.Sleep(times.after)

@@ -1,7 +1,6 @@
-package driver_test
+package metrics_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,12 +11,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/efakit/efakit/efa"
 )
 
-const dashboardFile = "../../deployments/grafana/efakit-dashboard.json"
+const dashboardFile = "../../../deployments/grafana/efakit-dashboard.json"
 
 // promqlWords are PromQL's keywords and the grouping words whose
 // parenthesised list names labels, not metrics.
@@ -182,8 +180,9 @@ func TestMetricNames(t *testing.T) {
 	}
 }
 
-// exported gathers the plugin's registry after a scrape of the p5 fixture
-// with a prepared claim, an unreadable counter and a publish, and returns
+// exported gathers the plugin's whole registry (registry: every vector of
+// its own with a series, a prepared claim) after a read of the p5 fixture
+// with every counter of the catalogue and an unreadable one, and returns
 // every series name a query can use (a histogram's _bucket, _sum and
 // _count) with the labels its series carry.
 func exported(t *testing.T) map[string]map[string]bool {
@@ -199,16 +198,7 @@ func exported(t *testing.T) map[string]map[string]bool {
 		}
 	}
 	files["ports/1/hw_counters/rx_drops"] = "x\n"
-	p := newTestPlugin(t, p5With(t, files))
-	p.SetPublisher(&recorder{})
-	ctx := context.Background()
-	_, err := p.Rescan(ctx)
-	require.NoError(t, err)
-	c := claim("c", "c0000000-0000-0000-0000-000000000001", "efa-0000-4f-00-0")
-	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
-	require.NoError(t, err)
-	require.NoError(t, res[c.UID].Err)
-	mfs, err := p.Registry().Gather()
+	mfs, err := registry(t, files).Gather()
 	require.NoError(t, err)
 	out := map[string]map[string]bool{}
 	for _, mf := range mfs {
