@@ -11,47 +11,16 @@ import (
 	"time"
 
 	"github.com/efakit/efakit/plugin/driver/claimstatus"
-	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
 // node is the node the tests' plugins run on.
 const node = "node-1"
-
-// share is one allocation result of an EFA: with an id, a share of an EFA
-// shared by capacity consuming shares of it; without, the EFA alone.
-type share struct {
-	request, device, id string
-	shares              int64
-}
-
-// sharedClaim is a claim the scheduler allocated the given shares to.
-func sharedClaim(name, uid string, shares ...share) *resourceapi.ResourceClaim {
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)}}
-	c.Status.Allocation = &resourceapi.AllocationResult{}
-	for _, s := range shares {
-		r := resourceapi.DeviceRequestAllocationResult{Request: s.request, Driver: "dra.net", Pool: node, Device: s.device}
-		if s.id != "" {
-			id := types.UID(s.id)
-			r.ShareID = &id
-			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{resources.CapacityShares: *resource.NewQuantity(s.shares, resource.DecimalSI)}
-		}
-		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, r)
-	}
-	return c
-}
-
-const (
-	shareA = "5a5a5a5a-0000-4000-8000-00000000000a"
-	shareB = "5a5a5a5a-0000-4000-8000-00000000000b"
-)
 
 var uverbsName = regexp.MustCompile(`\buverbs(\d+)\b`)
 
