@@ -70,14 +70,16 @@ var Allowed = map[string][]string{
 	"plugin/cmd/efakit-plugin": {"plugin/driver", "plugin/driver/podresources", "plugin/driver/resources", "plugin/driver/uevents", "efa/health"},
 
 	// Tools and test support.
-	"plugin/allocfeatures": nil,
-	"internal/apicheck":    nil,
-	"internal/placed":      {"efa", "neuron", "pcie", "topology"},
-	"internal/sysread":     {"sysfs"},
-	"internal/sysattr":     nil,
-	"internal/linkpath":    nil,
-	"internal/names":       nil,
-	"internal/fserr":       nil,
+	// What the tests of driver and its parts share (only tests import it).
+	"plugin/driver/internal/drivertest": {"plugin/driver/claimstatus"},
+	"plugin/allocfeatures":              nil,
+	"internal/apicheck":                 nil,
+	"internal/placed":                   {"efa", "neuron", "pcie", "topology"},
+	"internal/sysread":                  {"sysfs"},
+	"internal/sysattr":                  nil,
+	"internal/linkpath":                 nil,
+	"internal/names":                    nil,
+	"internal/fserr":                    nil,
 	// Vendor and device names from pci.ids (jaypipes/pcidb): apart, so
 	// that importing pcie does not link net/http.
 	"internal/pciids":              nil,

@@ -4,26 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
-	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -37,182 +32,25 @@ import (
 // containerd's and CRI-O's CDI support call. What the container got is
 // read back from that OCI spec.
 
-// ctrGot is what a container got: its device nodes ("path major:minor"),
-// environment and bind mounts (container path -> host path).
-type ctrGot struct {
-	Nodes  []string
-	Env    map[string]string
-	Mounts map[string]string
-}
-
-// efaClaim is a claim of p5 EFAs by request, e.g. {"efas": [0x4f, 0x50]}
-// (the EFA at bus:00.0), reserved for the given pods.
-func efaClaim(name, uid string, reqs map[string][]int, pods ...*corev1.Pod) *resourceapi.ResourceClaim {
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)}}
-	c.Status.Allocation = &resourceapi.AllocationResult{}
-	names := make([]string, 0, len(reqs))
-	for r := range reqs {
-		names = append(names, r)
-	}
-	sort.Strings(names)
-	for _, r := range names {
-		for _, bus := range reqs[r] {
-			c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
-				Request: r, Driver: "dra.net", Pool: node, Device: fmt.Sprintf("efa-0000-%02x-00-0", bus)})
-		}
-	}
-	for _, p := range pods {
-		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID})
-	}
-	return c
-}
-
-// withConfig adds efakit's opaque configuration to a claim's allocation,
-// from the claim (or the class), for the given requests (all when none).
-func withConfig(c *resourceapi.ResourceClaim, source resourceapi.AllocationConfigSource, params string, requests ...string) *resourceapi.ResourceClaim {
-	c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config, resourceapi.DeviceAllocationConfiguration{
-		Source: source, Requests: requests,
-		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: "dra.net", Parameters: runtime.RawExtension{Raw: []byte(params)}}},
-	})
-	return c
-}
-
-const envLibfabric = `{"apiVersion":"efakit.io/v1alpha1","kind":"EFAConfig","env":"libfabric"}`
-
-// podUsing is a pod whose containers each use the named pod claims
-// ("claim" or "claim/request"); pod claim i is the ResourceClaim claims[i]
-// named directly.
-func podUsing(name string, claims []string, ctrs map[string][]string, env ...corev1.EnvVar) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("pod-" + name)}}
-	for _, c := range claims {
-		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "pc-" + c, ResourceClaimName: &c})
-	}
-	ctrNames := make([]string, 0, len(ctrs))
-	for n := range ctrs {
-		ctrNames = append(ctrNames, n)
-	}
-	sort.Strings(ctrNames)
-	for _, n := range ctrNames {
-		ctr := corev1.Container{Name: n, Image: "busybox", Env: env}
-		for _, ref := range ctrs[n] {
-			cn, req, _ := strings.Cut(ref, "/")
-			ctr.Resources.Claims = append(ctr.Resources.Claims, corev1.ResourceClaim{Name: "pc-" + cn, Request: req})
-		}
-		p.Spec.Containers = append(p.Spec.Containers, ctr)
-	}
-	return p
-}
-
 // kubeletCDIDevices is the kubelet's list of CDI device IDs for a
-// container (GetResources): its pod claims' requests and, of the claim
-// the scheduler made for the pod's extended resources, the requests the
-// pod's status maps to the container for an extended resource it asks
-// for, walked claim by claim in the given order (the kubelet walks a Go
-// map, so any order happens), each request's devices' IDs appended
-// without de-duplication.
+// container (drivertest.KubeletCDIDevices) from these prepare results.
 func kubeletCDIDevices(pod *corev1.Pod, ctr corev1.Container, prepared map[string]*drapb.NodePrepareResourceResponse, order []string) []string {
-	claimRequests := map[string][]string{}
-	for _, pc := range pod.Spec.ResourceClaims {
-		for _, rc := range ctr.Resources.Claims {
-			if rc.Name == pc.Name {
-				claimRequests[*pc.ResourceClaimName] = append(claimRequests[*pc.ResourceClaimName], rc.Request)
-			}
+	out := map[string][]drivertest.Prepared{}
+	for name, r := range prepared {
+		for _, d := range r.Devices {
+			out[name] = append(out[name], drivertest.Prepared{Requests: d.RequestNames, CDIDeviceIDs: d.CdiDeviceIds})
 		}
 	}
-	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
-		for _, rm := range st.RequestMappings {
-			q := ctr.Resources.Requests[corev1.ResourceName(rm.ResourceName)]
-			if rm.ContainerName == ctr.Name && !q.IsZero() {
-				claimRequests[st.ResourceClaimName] = append(claimRequests[st.ResourceClaimName], rm.RequestName)
-			}
-		}
-	}
-	var ids []string
-	for _, claimName := range order {
-		for _, req := range claimRequests[claimName] {
-			for _, d := range prepared[claimName].Devices {
-				if req == "" || len(d.RequestNames) == 0 || slices.Contains(d.RequestNames, req) {
-					ids = append(ids, d.CdiDeviceIds...)
-				}
-			}
-		}
-	}
-	return ids
+	return drivertest.KubeletCDIDevices(pod, ctr, out, order)
 }
 
-// inject is the runtime's CDI step: a fresh CDI cache over the plugin's
-// spec directory (as containerd builds one) injects the devices into an
-// OCI spec holding the container's own environment.
-func inject(t *testing.T, cdiDir string, env []string, ids []string) (ctrGot, error) {
-	t.Helper()
-	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cdiDir), cdiapi.WithAutoRefresh(false))
-	require.NoError(t, err)
-	require.Empty(t, cache.GetErrors(), "every spec in the directory loads")
-	spec := &oci.Spec{Process: &oci.Process{Env: slices.Clone(env)}, Linux: &oci.Linux{}}
-	if _, err := cache.InjectDevices(spec, ids...); err != nil {
-		return ctrGot{}, err
-	}
-	g := ctrGot{Env: map[string]string{}, Mounts: map[string]string{}}
-	for _, d := range spec.Linux.Devices {
-		g.Nodes = append(g.Nodes, fmt.Sprintf("%s %d:%d", d.Path, d.Major, d.Minor))
-	}
-	sort.Strings(g.Nodes)
-	for _, e := range spec.Process.Env {
-		k, v, _ := strings.Cut(e, "=")
-		_, dup := g.Env[k]
-		require.False(t, dup, "%s twice in the environment", k)
-		g.Env[k] = v
-	}
-	for _, m := range spec.Mounts {
-		g.Mounts[m.Destination] = m.Source
-	}
-	return g, nil
-}
-
-// containerSees runs a container of a prepared pod through the kubelet's
-// mapping and the CDI injection in several claim orders and requires the
-// same result from each: what the container gets may not depend on the
-// kubelet's map order.
-func (n *kubeletNode) containerSees(pod *corev1.Pod, ctrName string, prepared map[string]*drapb.NodePrepareResourceResponse) ctrGot {
-	t := n.t
-	t.Helper()
-	var ctr corev1.Container
-	for _, c := range pod.Spec.Containers {
-		if c.Name == ctrName {
-			ctr = c
-		}
-	}
-	var env []string
-	for _, e := range ctr.Env {
-		env = append(env, e.Name+"="+e.Value)
-	}
-	var names []string
-	for _, pc := range pod.Spec.ResourceClaims {
-		names = append(names, *pc.ResourceClaimName)
-	}
-	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
-		names = append(names, st.ResourceClaimName)
-	}
-	orders := [][]string{names, slices.Clone(names)}
-	slices.Reverse(orders[1])
-	r := rand.New(rand.NewPCG(1, uint64(len(names))))
-	for range 6 {
-		o := slices.Clone(names)
-		r.Shuffle(len(o), func(i, j int) { o[i], o[j] = o[j], o[i] })
-		orders = append(orders, o)
-	}
-	var first ctrGot
-	for i, o := range orders {
-		g, err := inject(t, n.cdiDir(), env, kubeletCDIDevices(pod, ctr, prepared, o))
-		require.NoError(t, err)
-		if i == 0 {
-			first = g
-			continue
-		}
-		require.Equal(t, first, g, "claim order %v gives the container something else than %v", o, orders[0])
-	}
-	return first
+// containerSees is what container ctrName of a prepared pod gets, the
+// same in every claim order the kubelet may walk (drivertest.ContainerSees).
+func (n *kubeletNode) containerSees(pod *corev1.Pod, ctrName string, prepared map[string]*drapb.NodePrepareResourceResponse) drivertest.Container {
+	n.t.Helper()
+	return drivertest.ContainerSees(n.t, n.cdiDir(), pod, ctrName, func(ctr corev1.Container, order []string) []string {
+		return kubeletCDIDevices(pod, ctr, prepared, order)
+	})
 }
 
 // preparePod creates the pod and its claims in the API, makes the pod
@@ -259,12 +97,6 @@ func (n *kubeletNode) uverbs(buses ...int) []string {
 	return out
 }
 
-// p5GPU are the buses of the four EFAs of each p5 GPU (docs/hardware.md).
-func p5GPU(k int) []int {
-	b := 0x4f + 0x11*k
-	return []int{b, b + 1, b + 2, b + 3}
-}
-
 func (n *kubeletNode) waitSlices() {
 	n.t.Helper()
 	require.Eventually(n.t, func() bool {
@@ -285,7 +117,7 @@ func TestContainerGetsItsEFAs(t *testing.T) {
 	defer n.stop()
 	n.waitSlices()
 
-	check := func(t *testing.T, got ctrGot, buses []int, metaFiles int) {
+	check := func(t *testing.T, got drivertest.Container, buses []int, metaFiles int) {
 		t.Helper()
 		assert.Equal(t, n.uverbs(buses...), got.Nodes, "exactly the allocated uverbs nodes")
 		for k := range got.Env {
@@ -323,34 +155,34 @@ func TestContainerGetsItsEFAs(t *testing.T) {
 	}
 
 	t.Run("one claim, one request", func(t *testing.T) {
-		c := efaClaim("one", "a0000000-0000-0000-0000-000000000001", map[string][]int{"efas": p5GPU(0)})
-		pod := podUsing("p-one", []string{"one"}, map[string][]string{"train": {"one"}})
+		c := drivertest.EFAClaim("one", "a0000000-0000-0000-0000-000000000001", map[string][]int{"efas": drivertest.P5GPU(0)})
+		pod := drivertest.PodUsing("p-one", []string{"one"}, map[string][]string{"train": {"one"}})
 		prepared := n.preparePod(pod, c)
-		check(t, n.containerSees(pod, "train", prepared), p5GPU(0), 1)
+		check(t, n.containerSees(pod, "train", prepared), drivertest.P5GPU(0), 1)
 	})
 	t.Run("two requests in one claim", func(t *testing.T) {
-		c := efaClaim("tworeq", "a0000000-0000-0000-0000-000000000002", map[string][]int{"a": p5GPU(1)[:2], "b": p5GPU(1)[2:]})
-		pod := podUsing("p-tworeq", []string{"tworeq"}, map[string][]string{"all": {"tworeq"}, "only-b": {"tworeq/b"}})
+		c := drivertest.EFAClaim("tworeq", "a0000000-0000-0000-0000-000000000002", map[string][]int{"a": drivertest.P5GPU(1)[:2], "b": drivertest.P5GPU(1)[2:]})
+		pod := drivertest.PodUsing("p-tworeq", []string{"tworeq"}, map[string][]string{"all": {"tworeq"}, "only-b": {"tworeq/b"}})
 		prepared := n.preparePod(pod, c)
-		check(t, n.containerSees(pod, "all", prepared), p5GPU(1), 2)
-		check(t, n.containerSees(pod, "only-b", prepared), p5GPU(1)[2:], 1)
+		check(t, n.containerSees(pod, "all", prepared), drivertest.P5GPU(1), 2)
+		check(t, n.containerSees(pod, "only-b", prepared), drivertest.P5GPU(1)[2:], 1)
 	})
 	t.Run("two claims in one container", func(t *testing.T) {
-		a := efaClaim("two-a", "a0000000-0000-0000-0000-000000000003", map[string][]int{"efas": p5GPU(2)})
-		b := efaClaim("two-b", "a0000000-0000-0000-0000-000000000004", map[string][]int{"efas": p5GPU(3)})
-		pod := podUsing("p-two", []string{"two-a", "two-b"}, map[string][]string{"train": {"two-a", "two-b"}})
+		a := drivertest.EFAClaim("two-a", "a0000000-0000-0000-0000-000000000003", map[string][]int{"efas": drivertest.P5GPU(2)})
+		b := drivertest.EFAClaim("two-b", "a0000000-0000-0000-0000-000000000004", map[string][]int{"efas": drivertest.P5GPU(3)})
+		pod := drivertest.PodUsing("p-two", []string{"two-a", "two-b"}, map[string][]string{"train": {"two-a", "two-b"}})
 		prepared := n.preparePod(pod, a, b)
-		check(t, n.containerSees(pod, "train", prepared), append(p5GPU(2), p5GPU(3)...), 2)
+		check(t, n.containerSees(pod, "train", prepared), append(drivertest.P5GPU(2), drivertest.P5GPU(3)...), 2)
 	})
 	t.Run("a shared claim in two pods", func(t *testing.T) {
-		c := efaClaim("shared", "a0000000-0000-0000-0000-000000000005", map[string][]int{"efas": p5GPU(4)})
-		p1 := podUsing("p-shared-1", []string{"shared"}, map[string][]string{"train": {"shared"}})
-		p2 := podUsing("p-shared-2", []string{"shared"}, map[string][]string{"train": {"shared"}})
+		c := drivertest.EFAClaim("shared", "a0000000-0000-0000-0000-000000000005", map[string][]int{"efas": drivertest.P5GPU(4)})
+		p1 := drivertest.PodUsing("p-shared-1", []string{"shared"}, map[string][]string{"train": {"shared"}})
+		p2 := drivertest.PodUsing("p-shared-2", []string{"shared"}, map[string][]string{"train": {"shared"}})
 		first := n.preparePod(p1, c)
 		second := n.preparePod(p2, c)
 		assert.Equal(t, first["shared"].String(), second["shared"].String(), "prepared once, the same answer")
-		check(t, n.containerSees(p1, "train", first), p5GPU(4), 1)
-		check(t, n.containerSees(p2, "train", second), p5GPU(4), 1)
+		check(t, n.containerSees(p1, "train", first), drivertest.P5GPU(4), 1)
+		check(t, n.containerSees(p2, "train", second), drivertest.P5GPU(4), 1)
 	})
 }
 
@@ -371,16 +203,16 @@ func TestContainerWholeNode(t *testing.T) {
 			for k := range 8 {
 				names = append(names, fmt.Sprintf("gpu%d-efas", k))
 			}
-			pod := podUsing("whole", names, map[string][]string{"train": names})
+			pod := drivertest.PodUsing("whole", names, map[string][]string{"train": names})
 			var claims []*resourceapi.ResourceClaim
 			var all []int
 			for k := range 8 {
-				c := efaClaim(names[k], fmt.Sprintf("b0000000-0000-0000-0000-%012d", k), map[string][]int{"efas": p5GPU(k)}, pod)
+				c := drivertest.EFAClaim(names[k], fmt.Sprintf("b0000000-0000-0000-0000-%012d", k), map[string][]int{"efas": drivertest.P5GPU(k)}, pod)
 				if env {
-					withConfig(c, resourceapi.AllocationConfigSourceClaim, envLibfabric)
+					drivertest.WithConfig(c, resourceapi.AllocationConfigSourceClaim, drivertest.EnvLibfabric)
 				}
 				claims = append(claims, c)
-				all = append(all, p5GPU(k)...)
+				all = append(all, drivertest.P5GPU(k)...)
 			}
 			prepared := n.preparePod(pod, claims...)
 			if env {

@@ -12,6 +12,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -42,26 +43,26 @@ func TestEFAMetricsClaimLabels(t *testing.T) {
 	require.NoError(t, res[single.UID].Err)
 	require.NoError(t, res[group.UID].Err)
 
-	owner := func(ss []series, dev string) [3]string {
-		f := find(ss, "efakit_efa_tx_bytes_total", map[string]string{"dra_device": dev})
+	owner := func(ss []drivertest.Series, dev string) [3]string {
+		f := drivertest.Find(ss, "efakit_efa_tx_bytes_total", map[string]string{"dra_device": dev})
 		require.Len(t, f, 1, dev)
-		return [3]string{f[0].labels["claim_namespace"], f[0].labels["claim_name"], f[0].labels["claim_uid"]}
+		return [3]string{f[0].Labels["claim_namespace"], f[0].Labels["claim_name"], f[0].Labels["claim_uid"]}
 	}
-	ss := gather(t, p.Registry())
+	ss := drivertest.Gather(t, p.Registry())
 	assert.Equal(t, [3]string{"default", "single", string(single.UID)}, owner(ss, "efa-0000-60-00-0"))
 	for _, m := range []string{"efa-0000-4f-00-0", "efa-0000-50-00-0", "efa-0000-51-00-0", "efa-0000-52-00-0"} {
 		assert.Equal(t, [3]string{"default", "group", string(group.UID)}, owner(ss, m), m)
 	}
 	assert.Equal(t, [3]string{}, owner(ss, "efa-0000-61-00-0"), "free")
-	assert.Len(t, find(ss, "efakit_efa_port_active", map[string]string{"claim_name": "group"}), 4, "gauges carry the claim too")
-	assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", nil), 32, "group devices are no series of their own")
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_port_active", map[string]string{"claim_name": "group"}), 4, "gauges carry the claim too")
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", nil), 32, "group devices are no series of their own")
 
 	u, err := p.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: single.UID}, {UID: group.UID}})
 	require.NoError(t, err)
 	require.NoError(t, u[single.UID])
 	require.NoError(t, u[group.UID])
-	ss = gather(t, p.Registry())
-	for _, s := range find(ss, "efakit_efa_tx_bytes_total", nil) {
-		assert.Empty(t, s.labels["claim_uid"], s.labels["dra_device"])
+	ss = drivertest.Gather(t, p.Registry())
+	for _, s := range drivertest.Find(ss, "efakit_efa_tx_bytes_total", nil) {
+		assert.Empty(t, s.Labels["claim_uid"], s.Labels["dra_device"])
 	}
 }

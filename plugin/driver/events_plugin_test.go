@@ -14,6 +14,7 @@ import (
 	"github.com/efakit/efakit/efa/health"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/events"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/sysfs"
 )
 
@@ -46,7 +47,7 @@ func TestEventsHealthChange(t *testing.T) {
 	policy := health.DefaultPolicy()
 	policy.FlapLimit = 0
 	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Events, o.Health.Policy = rec, policy })
-	p.SetPublisher(&recorder{})
+	p.SetPublisher(&drivertest.Recorder{})
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)
 	s.cur.Store(down)

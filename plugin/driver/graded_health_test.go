@@ -22,6 +22,7 @@ import (
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/events"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -103,7 +104,7 @@ func TestGradedHealth(t *testing.T) {
 	statusDone := make(chan struct{})
 	go func() { p.StatusWriter().Run(ctx); close(statusDone) }()
 	defer func() { cancel(); <-statusDone }()
-	pub := &recorder{}
+	pub := &drivertest.Recorder{}
 	p.SetPublisher(pub)
 	// The first scan finds the EFAs, the second reads their counters: the
 	// baseline.
@@ -114,7 +115,7 @@ func TestGradedHealth(t *testing.T) {
 	res, err := p.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
 	require.NoError(t, err)
 	require.NoError(t, res[c.UID].Err)
-	waitEntries(t, client, c, 1)
+	drivertest.WaitEntries(t, client, c, 1)
 
 	// 75 retransmit timeouts on 4f (limit 60), an admin command without
 	// completion on 50.
@@ -125,7 +126,7 @@ func TestGradedHealth(t *testing.T) {
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
 
-	devs := lastDevices(pub)
+	devs := pub.LastDevices()
 	assert.Equal(t, []resourceapi.DeviceTaint{{Key: "dra.net/degraded", Value: "retransmit-timeouts", Effect: resourceapi.DeviceTaintEffectNone}},
 		devs["efa-0000-4f-00-0"].Taints)
 	assert.Equal(t, []resourceapi.DeviceTaint{{Key: "dra.net/unhealthy", Value: "admin-timeouts", Effect: resourceapi.DeviceTaintEffectNoExecute}},
@@ -134,7 +135,7 @@ func TestGradedHealth(t *testing.T) {
 
 	const degradedMsg = "degraded: 75 retransmit timeouts in 2s (limit 60)"
 	healthy := func() string {
-		h, _ := entryCondition(claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"], "Healthy")
+		h, _ := drivertest.EntryCondition(drivertest.ClaimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"], "Healthy")
 		return string(h.Status) + " " + h.Reason + " " + h.Message
 	}
 	require.Eventually(t, func() bool { return healthy() == "False RetransmitTimeouts "+degradedMsg }, 10*time.Second, 10*time.Millisecond, "Healthy: %s", healthy())
@@ -166,24 +167,24 @@ func TestGradedHealth(t *testing.T) {
 		byReason(evs, events.ReasonDegraded).Message)
 	assert.Contains(t, byReason(evs, events.ReasonUnhealthy).Message, "EFA efa-0000-50-00-0 (rdmap80s0) is unhealthy: 1 admin commands")
 
-	ss := gather(t, p.Registry())
-	assert.Len(t, find(ss, "efakit_plugin_device_health", map[string]string{"device": "efa-0000-4f-00-0", "grade": "Degraded", "reason": "retransmit-timeouts"}), 1)
-	assert.Len(t, find(ss, "efakit_plugin_device_health", map[string]string{"device": "efa-0000-50-00-0", "grade": "Unhealthy", "reason": "admin-timeouts"}), 1)
-	assert.Len(t, find(ss, "efakit_plugin_device_health", nil), 2, "healthy devices have no series")
-	assert.Equal(t, 1.0, find(ss, "efakit_plugin_degraded_devices", map[string]string{"action": "taint"})[0].value)
-	assert.Equal(t, 1.0, find(ss, "efakit_plugin_unhealthy_devices", map[string]string{"action": "taint"})[0].value)
+	ss := drivertest.Gather(t, p.Registry())
+	assert.Len(t, drivertest.Find(ss, "efakit_plugin_device_health", map[string]string{"device": "efa-0000-4f-00-0", "grade": "Degraded", "reason": "retransmit-timeouts"}), 1)
+	assert.Len(t, drivertest.Find(ss, "efakit_plugin_device_health", map[string]string{"device": "efa-0000-50-00-0", "grade": "Unhealthy", "reason": "admin-timeouts"}), 1)
+	assert.Len(t, drivertest.Find(ss, "efakit_plugin_device_health", nil), 2, "healthy devices have no series")
+	assert.Equal(t, 1.0, drivertest.Find(ss, "efakit_plugin_degraded_devices", map[string]string{"action": "taint"})[0].Value)
+	assert.Equal(t, 1.0, drivertest.Find(ss, "efakit_plugin_unhealthy_devices", map[string]string{"action": "taint"})[0].Value)
 
 	// The counters stand still: once the window no longer holds their
 	// advance, both are healthy again.
 	require.Eventually(t, func() bool {
 		_, err := p.Rescan(ctx)
 		require.NoError(t, err)
-		devs := lastDevices(pub)
+		devs := pub.LastDevices()
 		return len(devs["efa-0000-4f-00-0"].Taints) == 0 && len(devs["efa-0000-50-00-0"].Taints) == 0
 	}, 10*time.Second, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return healthy() == "True Healthy port ACTIVE, uverbs device present, bound to efa" },
 		10*time.Second, 10*time.Millisecond, "Healthy: %s", healthy())
-	assert.Empty(t, find(gather(t, p.Registry()), "efakit_plugin_device_health", nil))
+	assert.Empty(t, drivertest.Find(drivertest.Gather(t, p.Registry()), "efakit_plugin_device_health", nil))
 }
 
 // TestPortFlapsDegrade: a port seen changing state three times within the
@@ -195,7 +196,7 @@ func TestPortFlapsDegrade(t *testing.T) {
 	up, down := withCounters(t, nil), portDown(t, "4f")
 	s.cur.Store(up)
 	p := newTestPlugin(t, s)
-	pub := &recorder{}
+	pub := &drivertest.Recorder{}
 	p.SetPublisher(pub)
 	ctx := context.Background()
 	var taints []string
@@ -203,7 +204,7 @@ func TestPortFlapsDegrade(t *testing.T) {
 		s.cur.Store(fsys)
 		_, err := p.Rescan(ctx)
 		require.NoError(t, err)
-		tt := lastDevices(pub)["efa-0000-4f-00-0"].Taints
+		tt := pub.LastDevices()["efa-0000-4f-00-0"].Taints
 		switch len(tt) {
 		case 0:
 			taints = append(taints, "none")
@@ -229,7 +230,7 @@ func TestHealthLoopWithoutStream(t *testing.T) {
 	s := &swapFS{}
 	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
 	p := newTestPlugin(t, s, func(o *driver.PluginOptions) { o.Health.Interval = 100 * time.Millisecond })
-	pub := &recorder{}
+	pub := &drivertest.Recorder{}
 	p.SetPublisher(pub)
 	_, err := p.Rescan(context.Background())
 	require.NoError(t, err)
@@ -241,7 +242,7 @@ func TestHealthLoopWithoutStream(t *testing.T) {
 	s.cur.Store(portDown(t, "4f"))
 	start := time.Now()
 	require.Eventually(t, func() bool {
-		return len(lastDevices(pub)["efa-0000-4f-00-0"].Taints) == 1
+		return len(pub.LastDevices()["efa-0000-4f-00-0"].Taints) == 1
 	}, 10*time.Second, 5*time.Millisecond)
 	t.Logf("tainted %s after the port went DOWN (interval 100ms)", time.Since(start).Round(time.Millisecond))
 }

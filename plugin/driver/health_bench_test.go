@@ -16,6 +16,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -89,7 +90,7 @@ func BenchmarkHealthScan(b *testing.B) {
 				Store: checkpoint.NewStore(b.TempDir()), BootID: bootA,
 			})
 			require.NoError(b, err)
-			p.SetPublisher(&recorder{})
+			p.SetPublisher(&drivertest.Recorder{})
 			p.EFAMetrics().CacheFor = 0
 			ctx := context.Background()
 			_, err = p.Rescan(ctx)

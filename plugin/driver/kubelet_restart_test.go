@@ -13,6 +13,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -76,7 +77,7 @@ func TestKubeletRestarts(t *testing.T) {
 			ids = append(ids, d.CdiDeviceIds...)
 		}
 		require.Contains(t, ids, "dra.net/metadata="+string(c.UID)+"_efa")
-		g, err := inject(t, n.cdiDir(), nil, ids)
+		g, err := drivertest.Inject(t, n.cdiDir(), nil, ids)
 		require.NoError(t, err)
 		assert.Len(t, g.Nodes, 2)
 		assert.Contains(t, g.Mounts, "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/kept/efa/dra.net-metadata.json")

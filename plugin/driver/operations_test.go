@@ -12,12 +12,11 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -66,7 +65,7 @@ func TestGroupHealthMemberLeaves(t *testing.T) {
 					Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
 				})
 				require.NoError(t, err)
-				rec := &recorder{}
+				rec := &drivertest.Recorder{}
 				p.SetPublisher(rec)
 				ctx := context.Background()
 				_, err = p.Rescan(ctx)
@@ -76,7 +75,7 @@ func TestGroupHealthMemberLeaves(t *testing.T) {
 				require.NoError(t, err)
 				std, _ := topo.StandardAttributes(topo.ByName("rdmap80s0"))
 				group := resources.GroupDeviceName(std.PCIeRoot)
-				require.Contains(t, lastDevices(rec), group)
+				require.Contains(t, rec.LastDevices(), group)
 				assert.Empty(t, unhealthyNow(t, p))
 
 				s.cur.Store(edit(t, func(e *sysfs.Entry) bool { return !strings.Contains(e.Path, tc.drop) }))
@@ -85,44 +84,17 @@ func TestGroupHealthMemberLeaves(t *testing.T) {
 					_, _ = p.Rescan(ctx) // an EFA without uverbs device is a scan error too
 					assert.Equal(t, want, unhealthyNow(t, p))
 					assert.Equal(t, []resourceapi.DeviceTaint{{Key: "dra.net/unhealthy", Value: "member-unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
-						lastDevices(rec)[group].Taints)
+						rec.LastDevices()[group].Taints)
 				}
 
 				s.cur.Store(full)
 				_, err = p.Rescan(ctx)
 				require.NoError(t, err)
 				assert.Empty(t, unhealthyNow(t, p))
-				assert.Empty(t, lastDevices(rec)[group].Taints)
+				assert.Empty(t, rec.LastDevices()[group].Taints)
 			})
 		}
 	}
-}
-
-// testLogger records what is logged at the default verbosity.
-func testLogger(t *testing.T) (context.Context, func() []ktesting.LogEntry) {
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
-	return klog.NewContext(context.Background(), logger), func() []ktesting.LogEntry {
-		return logger.GetSink().(ktesting.Underlier).GetBuffer().Data()
-	}
-}
-
-// kv is a log entry's key/value pairs as a map.
-func kv(e ktesting.LogEntry) map[string]any {
-	out := map[string]any{}
-	for i := 0; i+1 < len(e.ParameterKVList); i += 2 {
-		out[fmt.Sprint(e.ParameterKVList[i])] = e.ParameterKVList[i+1]
-	}
-	return out
-}
-
-func entries(log []ktesting.LogEntry, msg string) []ktesting.LogEntry {
-	var out []ktesting.LogEntry
-	for _, e := range log {
-		if e.Message == msg {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // TestLogPrepareUnprepare: at the default verbosity, one line per prepare
@@ -131,7 +103,7 @@ func entries(log []ktesting.LogEntry, msg string) []ktesting.LogEntry {
 func TestLogPrepareUnprepare(t *testing.T) {
 	t.Parallel()
 	p := newTestPlugin(t, edit(t, func(*sysfs.Entry) bool { return true }))
-	ctx, logged := testLogger(t)
+	ctx, logged := drivertest.Logger(t)
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)
 	c := claim("c", "a0000000-0000-0000-0000-0000000000d1", "efa-0000-4f-00-0", "efa-0000-50-00-0")
@@ -146,22 +118,22 @@ func TestLogPrepareUnprepare(t *testing.T) {
 	require.NoError(t, err)
 
 	log := logged()
-	prepared := entries(log, "Prepared claim")
+	prepared := drivertest.Entries(log, "Prepared claim")
 	require.Len(t, prepared, 1)
-	m := kv(prepared[0])
+	m := drivertest.KV(prepared[0])
 	assert.Equal(t, "default/c", fmt.Sprint(m["claim"]))
 	assert.Equal(t, c.UID, m["uid"])
 	assert.Equal(t, []string{"efa-0000-4f-00-0=rdmap79s0", "efa-0000-50-00-0=rdmap80s0"}, m["devices"])
 	assert.IsType(t, time.Duration(0), m["duration"])
 
-	failed := entries(log, "Prepare failed")
+	failed := drivertest.Entries(log, "Prepare failed")
 	require.Len(t, failed, 1)
 	assert.ErrorContains(t, failed[0].Err, "already prepared for claim "+c.Namespace+"/"+c.Name+" ("+string(c.UID)+")")
-	assert.Equal(t, "default/bad", fmt.Sprint(kv(failed[0])["claim"]))
+	assert.Equal(t, "default/bad", fmt.Sprint(drivertest.KV(failed[0])["claim"]))
 
-	unprepared := entries(log, "Unprepared claim")
+	unprepared := drivertest.Entries(log, "Unprepared claim")
 	require.Len(t, unprepared, 1)
-	m = kv(unprepared[0])
+	m = drivertest.KV(unprepared[0])
 	assert.Equal(t, c.UID, m["uid"])
 	assert.Equal(t, []string{"efa-0000-4f-00-0=rdmap79s0", "efa-0000-50-00-0=rdmap80s0"}, m["devices"])
 	assert.IsType(t, time.Duration(0), m["duration"])
@@ -176,8 +148,8 @@ func TestLogHealthChangesOnce(t *testing.T) {
 	s := &swapFS{}
 	s.cur.Store(full)
 	p := newTestPlugin(t, s)
-	p.SetPublisher(&recorder{})
-	ctx, logged := testLogger(t)
+	p.SetPublisher(&drivertest.Recorder{})
+	ctx, logged := drivertest.Logger(t)
 	scan := func(fs *sysfs.MemFS) {
 		s.cur.Store(fs)
 		_, _ = p.Rescan(ctx)
@@ -196,10 +168,10 @@ func TestLogHealthChangesOnce(t *testing.T) {
 		return true
 	}))
 
-	unhealthy := entries(logged(), "EFA unhealthy")
+	unhealthy := drivertest.Entries(logged(), "EFA unhealthy")
 	require.Len(t, unhealthy, 2, "port DOWN once, then gone from sysfs")
-	assert.Equal(t, "port DOWN", kv(unhealthy[0])["why"])
-	assert.Equal(t, "rdmap80s0", kv(unhealthy[0])["rdmaDevice"])
-	assert.Equal(t, "device gone from sysfs", kv(unhealthy[1])["why"])
-	assert.Len(t, entries(logged(), "EFA healthy again"), 2)
+	assert.Equal(t, "port DOWN", drivertest.KV(unhealthy[0])["why"])
+	assert.Equal(t, "rdmap80s0", drivertest.KV(unhealthy[0])["rdmaDevice"])
+	assert.Equal(t, "device gone from sysfs", drivertest.KV(unhealthy[1])["why"])
+	assert.Len(t, drivertest.Entries(logged(), "EFA healthy again"), 2)
 }

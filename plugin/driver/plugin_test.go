@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -31,35 +31,8 @@ func (s *swapFS) Open(n string) (fs.File, error)      { return s.cur.Load().Open
 func (s *swapFS) ReadLink(n string) (string, error)   { return s.cur.Load().ReadLink(n) }
 func (s *swapFS) Lstat(n string) (fs.FileInfo, error) { return s.cur.Load().Lstat(n) }
 
-type recorder struct {
-	mu    sync.Mutex
-	calls []resourceslice.DriverResources
-}
-
-func (r *recorder) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, *res.DeepCopy())
-	return nil
-}
-
-func (r *recorder) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.calls) }
-
 // edit returns the p5 fixture with f applied to each entry (false drops it).
-func edit(t testing.TB, f func(e *sysfs.Entry) bool) *sysfs.MemFS {
-	t.Helper()
-	r, err := sysfs.OpenCapture(p5)
-	require.NoError(t, err)
-	var es []sysfs.Entry
-	for _, e := range r.ReadLinkFS.(*sysfs.MemFS).Entries() {
-		if f(&e) {
-			es = append(es, e)
-		}
-	}
-	m, err := sysfs.NewMemFS(es)
-	require.NoError(t, err)
-	return m
-}
+func edit(t testing.TB, f func(e *sysfs.Entry) bool) *sysfs.MemFS { return drivertest.Edit(t, p5, f) }
 
 func newTestPlugin(t *testing.T, fsys fs.ReadLinkFS, with ...func(*driver.PluginOptions)) *driver.Plugin {
 	t.Helper()
@@ -82,14 +55,14 @@ func TestRescanPublishesOnlyChanges(t *testing.T) {
 	s := &swapFS{}
 	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
 	p := newTestPlugin(t, s)
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetPublisher(rec)
 	ctx := context.Background()
 	for range 3 {
 		_, err := p.Rescan(ctx)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 1, rec.count(), "nothing changed: published once")
+	assert.Equal(t, 1, rec.Count(), "nothing changed: published once")
 
 	// The EFA at 4f:00.0 is unplugged: published again without it.
 	s.cur.Store(edit(t, func(e *sysfs.Entry) bool {
@@ -98,8 +71,8 @@ func TestRescanPublishesOnlyChanges(t *testing.T) {
 	published, err := p.Rescan(ctx)
 	require.NoError(t, err)
 	assert.True(t, published)
-	require.Equal(t, 2, rec.count())
-	assert.Len(t, rec.calls[1].Pools[node].Slices[0].Devices, 31)
+	require.Equal(t, 2, rec.Count())
+	assert.Len(t, rec.Calls()[1].Pools[node].Slices[0].Devices, 31)
 	assert.Equal(t, float64(2), testutilValue(t, p))
 }
 

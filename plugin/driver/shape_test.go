@@ -41,6 +41,7 @@ var locks = map[string]string{
 	"driver/metrics.EFA":                          "the exporter's read round",
 	"driver/traffic.Tracker":                      "its devices and the counters' last read; its file is written after",
 	"driver/podresources/podresourcestest.Server": "a test server's pods",
+	"driver/internal/drivertest.Recorder":         "a test target's calls",
 }
 
 // TestCoreShape checks the root package's size, the struct sizes and

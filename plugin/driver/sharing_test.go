@@ -15,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/efakit/efakit/plugin/driver"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -24,21 +25,6 @@ import (
 // allocator makes of the published EFAs is driver/resources'
 // TestSharingAllocator; how prepare holds the shares of one EFA apart from
 // a claim that wants it alone is driver/claims' sharing_test.go.
-
-// sharesPolicy checks a published EFA is shareable by n shares, each claim
-// taking one by default and 1 to n on request.
-func sharesPolicy(t *testing.T, d resourceapi.Device, n int64) {
-	t.Helper()
-	require.NotNil(t, d.AllowMultipleAllocations, d.Name)
-	assert.True(t, *d.AllowMultipleAllocations, d.Name)
-	c, ok := d.Capacity[resources.CapacityShares]
-	require.True(t, ok, "%s has no shares capacity: %v", d.Name, d.Capacity)
-	assert.Equal(t, n, c.Value.Value(), d.Name)
-	require.NotNil(t, c.RequestPolicy, d.Name)
-	require.NotNil(t, c.RequestPolicy.ValidRange, d.Name)
-	got := []int64{c.RequestPolicy.Default.Value(), c.RequestPolicy.ValidRange.Min.Value(), c.RequestPolicy.ValidRange.Max.Value(), c.RequestPolicy.ValidRange.Step.Value()}
-	assert.Equal(t, []int64{1, 1, n, 1}, got, "%s: default, min, max, step", d.Name)
-}
 
 // TestSharingDropped: with --sharing=capacity every single EFA is
 // published shareable; where the API server drops the consumable-capacity
@@ -54,15 +40,15 @@ func TestSharingDropped(t *testing.T) {
 		o.Config.Sharing, o.Config.Shares = resources.SharingCapacity, 8
 		o.Hooks.Stop = func(err error) { stopped = err }
 	})
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetPublisher(rec)
 	ctx := context.Background()
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
-	devs := lastDevices(rec)
+	devs := rec.LastDevices()
 	require.Len(t, devs, 32)
 	for _, d := range devs {
-		sharesPolicy(t, d, 8)
+		drivertest.SharesPolicy(t, d, 8)
 	}
 
 	d := devs["efa-0000-4f-00-0"]
@@ -75,7 +61,7 @@ func TestSharingDropped(t *testing.T) {
 	require.NoError(t, stopped, "not fatal")
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
-	devs = lastDevices(rec)
+	devs = rec.LastDevices()
 	require.Len(t, devs, 32, "every EFA still published")
 	for _, d := range devs {
 		assert.Nil(t, d.AllowMultipleAllocations, d.Name)

@@ -13,6 +13,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/plugin/driver/uevents"
 	"github.com/efakit/efakit/sysfs"
@@ -26,12 +27,12 @@ func TestUeventPublishesNewEFA(t *testing.T) {
 	s := &swapFS{}
 	s.cur.Store(edit(t, func(e *sysfs.Entry) bool { return !strings.Contains(e.Path, "0000:4f:00.0") }))
 	p := newTestPlugin(t, s)
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetPublisher(rec)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)
-	require.NotContains(t, lastDevices(rec), "efa-0000-4f-00-0")
+	require.NotContains(t, rec.LastDevices(), "efa-0000-4f-00-0")
 
 	src := uevents.NewFake()
 	runDone, watchDone := make(chan struct{}), make(chan struct{})
@@ -48,10 +49,10 @@ func TestUeventPublishesNewEFA(t *testing.T) {
 	require.True(t, src.Send(uevent.Event{Action: "add", Subsystem: "infiniband",
 		DevPath: "/devices/pci0000:44/0000:44:00.0/0000:4f:00.0/infiniband/rdmap79s0"}, nil))
 	require.Eventually(t, func() bool {
-		_, ok := lastDevices(rec)["efa-0000-4f-00-0"]
+		_, ok := rec.LastDevices()["efa-0000-4f-00-0"]
 		return ok
 	}, 10*time.Second, 10*time.Millisecond, "the new EFA was not published after its uevent")
-	assert.Len(t, lastDevices(rec), 32)
+	assert.Len(t, rec.LastDevices(), 32)
 }
 
 // BenchmarkUeventRescan is the rescan a uevent asks for on the p5 (from
@@ -82,7 +83,7 @@ func BenchmarkUeventRescan(b *testing.B) {
 		Store: checkpoint.NewStore(b.TempDir()), BootID: bootA,
 	})
 	require.NoError(b, err)
-	p.SetPublisher(&recorder{})
+	p.SetPublisher(&drivertest.Recorder{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0

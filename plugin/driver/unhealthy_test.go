@@ -16,6 +16,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -30,20 +31,6 @@ func portDown(t *testing.T, bus string) *sysfs.MemFS {
 	})
 }
 
-func lastDevices(rec *recorder) map[string]resourceapi.Device {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	out := map[string]resourceapi.Device{}
-	for _, pool := range rec.calls[len(rec.calls)-1].Pools {
-		for _, s := range pool.Slices {
-			for _, d := range s.Devices {
-				out[d.Name] = d
-			}
-		}
-	}
-	return out
-}
-
 // TestUnhealthyTainted: an unhealthy EFA is published with a NoSchedule
 // taint, so the scheduler gives it to no new claim, and loses it when it
 // is healthy again; a claim allocated already is still prepared. Where the
@@ -53,18 +40,18 @@ func TestUnhealthyTainted(t *testing.T) {
 	s := &swapFS{}
 	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
 	p := newTestPlugin(t, s)
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetPublisher(rec)
 	ctx := context.Background()
 	_, err := p.Rescan(ctx)
 	require.NoError(t, err)
-	assert.Empty(t, lastDevices(rec)["efa-0000-50-00-0"].Taints)
+	assert.Empty(t, rec.LastDevices()["efa-0000-50-00-0"].Taints)
 
 	s.cur.Store(portDown(t, "50"))
 	published, err := p.Rescan(ctx)
 	require.NoError(t, err)
 	require.True(t, published)
-	devs := lastDevices(rec)
+	devs := rec.LastDevices()
 	require.Len(t, devs, 32)
 	assert.Equal(t, []resourceapi.DeviceTaint{{Key: "dra.net/unhealthy", Value: "port-not-active", Effect: resourceapi.DeviceTaintEffectNoSchedule}}, devs["efa-0000-50-00-0"].Taints)
 	assert.Empty(t, devs["efa-0000-4f-00-0"].Taints)
@@ -82,7 +69,7 @@ func TestUnhealthyTainted(t *testing.T) {
 	p.HandleError(ctx, &resourceslice.DroppedFieldsError{PoolName: node, DesiredSlice: desired, ActualSlice: actual}, "publish")
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
-	devs = lastDevices(rec)
+	devs = rec.LastDevices()
 	assert.Len(t, devs, 31)
 	assert.NotContains(t, devs, "efa-0000-50-00-0")
 	assert.Equal(t, 1.0, gaugeValue(t, p, "efakit_plugin_unhealthy_devices", "withhold"))
@@ -92,7 +79,7 @@ func TestUnhealthyTainted(t *testing.T) {
 	s.cur.Store(edit(t, func(*sysfs.Entry) bool { return true }))
 	_, err = p.Rescan(ctx)
 	require.NoError(t, err)
-	assert.Len(t, lastDevices(rec), 32)
+	assert.Len(t, rec.LastDevices(), 32)
 }
 
 // TestUnhealthyGroup: a group with an unhealthy member is tainted and
@@ -106,11 +93,11 @@ func TestUnhealthyGroup(t *testing.T) {
 		Store: checkpoint.NewStore(t.TempDir()), BootID: bootA,
 	})
 	require.NoError(t, err)
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetPublisher(rec)
 	_, err = p.Rescan(context.Background())
 	require.NoError(t, err)
-	devs := lastDevices(rec)
+	devs := rec.LastDevices()
 	assert.Equal(t, []resourceapi.DeviceTaint{{Key: "dra.net/unhealthy", Value: "member-unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule}}, devs["efa-group-pci0000-55"].Taints)
 	assert.Empty(t, devs["efa-group-pci0000-44"].Taints)
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"regexp"
 	"sync/atomic"
 	"testing"
@@ -17,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/efakit/efakit/efa/health"
 	"github.com/efakit/efakit/gpudirect"
@@ -26,6 +23,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/claims"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/inventory"
 	"github.com/efakit/efakit/plugin/driver/metrics"
 	"github.com/efakit/efakit/plugin/driver/resources"
@@ -68,49 +66,11 @@ func capture(t testing.TB) *sysfs.MemFS {
 }
 
 // edit returns the p5 fixture with f applied to each entry (false drops it).
-func edit(t testing.TB, f func(e *sysfs.Entry) bool) *sysfs.MemFS {
-	t.Helper()
-	var es []sysfs.Entry
-	for _, e := range capture(t).Entries() {
-		if f(&e) {
-			es = append(es, e)
-		}
-	}
-	m, err := sysfs.NewMemFS(es)
-	require.NoError(t, err)
-	return m
-}
+func edit(t testing.TB, f func(e *sysfs.Entry) bool) *sysfs.MemFS { return drivertest.Edit(t, p5, f) }
 
-var uverbsName = regexp.MustCompile(`\buverbs(\d+)\b`)
-
-// renumbered is the p5 fixture after an efa or ib_uverbs module reload that
-// gave the uverbs devices new numbers: uverbs<a> becomes uverbs<to[a]>,
-// with its character device number, everywhere sysfs shows it.
-func renumbered(t testing.TB, to map[int]int) *sysfs.MemFS {
-	t.Helper()
-	re := func(s string) string {
-		return uverbsName.ReplaceAllStringFunc(s, func(m string) string {
-			var n int
-			fmt.Sscanf(m, "uverbs%d", &n)
-			if v, ok := to[n]; ok {
-				return fmt.Sprintf("uverbs%d", v)
-			}
-			return m
-		})
-	}
-	return edit(t, func(e *sysfs.Entry) bool {
-		old := e.Path
-		e.Path, e.Target = re(e.Path), re(e.Target)
-		if m := uverbsName.FindStringSubmatch(old); m != nil && filepath.Base(old) == "dev" {
-			var n int
-			fmt.Sscanf(m[1], "%d", &n)
-			if v, ok := to[n]; ok {
-				e.Data = []byte(fmt.Sprintf("231:%d\n", 192+v))
-			}
-		}
-		return true
-	})
-}
+// renumbered is the p5 fixture after a module reload renumbered its uverbs
+// devices (drivertest.Renumbered).
+func renumbered(t testing.TB, to map[int]int) *sysfs.MemFS { return drivertest.Renumbered(t, p5, to) }
 
 // portDown is the p5 fixture with the port of the EFA at bus:00.0 DOWN.
 func portDown(t testing.TB, bus string) *sysfs.MemFS {
@@ -287,32 +247,4 @@ func nodeEvents(t *testing.T, client *fake.Clientset) []corev1.Event {
 	l, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	return l.Items
-}
-
-// testLogger records what is logged at the default verbosity.
-func testLogger(t *testing.T) (context.Context, func() []ktesting.LogEntry) {
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
-	return klog.NewContext(context.Background(), logger), func() []ktesting.LogEntry {
-		return logger.GetSink().(ktesting.Underlier).GetBuffer().Data()
-	}
-}
-
-// kv is a log entry's key/value pairs as a map.
-func kv(e ktesting.LogEntry) map[string]any {
-	out := map[string]any{}
-	for i := 0; i+1 < len(e.ParameterKVList); i += 2 {
-		out[fmt.Sprint(e.ParameterKVList[i])] = e.ParameterKVList[i+1]
-	}
-	return out
-}
-
-// entries are the log entries of the message msg.
-func entries(log []ktesting.LogEntry, msg string) []ktesting.LogEntry {
-	var out []ktesting.LogEntry
-	for _, e := range log {
-		if e.Message == msg {
-			out = append(out, e)
-		}
-	}
-	return out
 }

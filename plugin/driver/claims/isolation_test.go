@@ -12,6 +12,7 @@ import (
 	"github.com/efakit/efakit/plugin/cdi"
 	"github.com/efakit/efakit/plugin/driver/checkpoint"
 	"github.com/efakit/efakit/plugin/driver/claims"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 )
 
 // TestModuleReload: after a module reload renumbers the uverbs devices
@@ -136,7 +137,7 @@ func TestUnprepareSavesFirst(t *testing.T) {
 // and for how long.
 func TestRestoreWaitsForLock(t *testing.T) {
 	t.Parallel()
-	ctx, logged := testLogger(t)
+	ctx, logged := drivertest.Logger(t)
 	d := newDirs(t)
 	unlock, err := claims.LockDataDir(ctx, d.data)
 	require.NoError(t, err)
@@ -152,15 +153,15 @@ func TestRestoreWaitsForLock(t *testing.T) {
 		t.Fatal("restore ran while the lock was held")
 	case <-time.After(300 * time.Millisecond):
 	}
-	waiting := entries(logged(), "Waiting for the data directory's lock (a prepare or unprepare of another plugin pod holds it)")
+	waiting := drivertest.Entries(logged(), "Waiting for the data directory's lock (a prepare or unprepare of another plugin pod holds it)")
 	require.Len(t, waiting, 1, "a load that waits says so")
-	assert.Equal(t, filepath.Join(d.data, "serialize.lock"), kv(waiting[0])["path"])
+	assert.Equal(t, filepath.Join(d.data, "serialize.lock"), drivertest.KV(waiting[0])["path"])
 	unlockAt := time.Now()
 	unlock()
 	<-done
-	took := entries(logged(), "Took the data directory's lock")
+	took := drivertest.Entries(logged(), "Took the data directory's lock")
 	require.Len(t, took, 1)
-	assert.GreaterOrEqual(t, kv(took[0])["waited"], unlockAt.Sub(waiting[0].Timestamp), "the wait lasted until the lock was free")
+	assert.GreaterOrEqual(t, drivertest.KV(took[0])["waited"], unlockAt.Sub(waiting[0].Timestamp), "the wait lasted until the lock was free")
 }
 
 // TestNewerCheckpointRefused: a checkpoint written by a newer efakit (a

@@ -17,6 +17,7 @@ import (
 
 	"github.com/efakit/efakit/internal/gdrcases"
 	"github.com/efakit/efakit/plugin/driver/claimstatus"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 )
 
@@ -37,42 +38,6 @@ func withStatus(t *testing.T, client *fake.Clientset) func(*setup) {
 		go func() { s.deps.Status.Run(ctx); close(done) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-}
-
-// claimEntries is a claim's status.devices as the API holds them, keyed
-// driver/device, with "/share" for a share.
-func claimEntries(t *testing.T, client *fake.Clientset, c *resourceapi.ResourceClaim) map[string]resourceapi.AllocatedDeviceStatus {
-	t.Helper()
-	got, err := client.ResourceV1().ResourceClaims(c.Namespace).Get(context.Background(), c.Name, metav1.GetOptions{})
-	require.NoError(t, err)
-	out := map[string]resourceapi.AllocatedDeviceStatus{}
-	for _, d := range got.Status.Devices {
-		k := d.Driver + "/" + d.Device
-		if d.ShareID != nil {
-			k += "/" + *d.ShareID
-		}
-		out[k] = d
-	}
-	return out
-}
-
-// waitEntries waits until the claim has n entries and returns them.
-func waitEntries(t *testing.T, client *fake.Clientset, c *resourceapi.ResourceClaim, n int) map[string]resourceapi.AllocatedDeviceStatus {
-	t.Helper()
-	require.Eventually(t, func() bool { return len(claimEntries(t, client, c)) == n }, 10*time.Second, 10*time.Millisecond,
-		"claim %s: %d entries", c.Name, n)
-	return claimEntries(t, client, c)
-}
-
-// entryCondition is the condition of type typ of an entry, without its
-// transition time; the time apart.
-func entryCondition(d resourceapi.AllocatedDeviceStatus, typ string) (claimstatus.Condition, time.Time) {
-	for _, c := range d.Conditions {
-		if c.Type == typ {
-			return claimstatus.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}, c.LastTransitionTime.Time
-		}
-	}
-	return claimstatus.Condition{}, time.Time{}
 }
 
 func entryData(t *testing.T, d resourceapi.AllocatedDeviceStatus) claimstatus.EFAData {
@@ -123,7 +88,7 @@ func TestClaimStatusSingle(t *testing.T) {
 	client := fake.NewClientset(c)
 	n := startOn(t, capture(t), newDirs(t), withStatus(t, client))
 	require.NoError(t, n.prepareOne(c).Err)
-	got := waitEntries(t, client, c, 3)
+	got := drivertest.WaitEntries(t, client, c, 3)
 	assert.Equal(t, gpu, got["gpu.nvidia.com/gpu-0"], "the other driver's entry untouched")
 	// Each EFA's own CDI device, the ID the kubelet reports its health
 	// under.
@@ -132,9 +97,9 @@ func TestClaimStatusSingle(t *testing.T) {
 		e := got["dra.net/"+dev]
 		assert.Equal(t, node, e.Pool)
 		assert.Nil(t, e.ShareID)
-		ready, _ := entryCondition(e, "Ready")
+		ready, _ := drivertest.EntryCondition(e, "Ready")
 		assert.Equal(t, readyCond(cdiID(dev)), ready, dev)
-		healthy, _ := entryCondition(e, "Healthy")
+		healthy, _ := drivertest.EntryCondition(e, "Healthy")
 		assert.Equal(t, healthyCond, healthy, dev)
 		assert.Equal(t, rdma, entryData(t, e).RDMADevice)
 	}
@@ -151,8 +116,8 @@ func TestClaimStatusGroup(t *testing.T) {
 	client := fake.NewClientset(c)
 	n := startOn(t, capture(t), newDirs(t), func(s *setup) { s.cfg.Groups = resources.GroupsExclusive }, withStatus(t, client))
 	require.NoError(t, n.prepareOne(c).Err)
-	e := waitEntries(t, client, c, 1)["dra.net/efa-group-pci0000-44"]
-	healthy, _ := entryCondition(e, "Healthy")
+	e := drivertest.WaitEntries(t, client, c, 1)["dra.net/efa-group-pci0000-44"]
+	healthy, _ := drivertest.EntryCondition(e, "Healthy")
 	assert.Equal(t, claimstatus.Condition{Type: "Healthy", Status: "True", Reason: "Healthy", Message: "every member healthy"}, healthy)
 	data := entryData(t, e)
 	assert.Equal(t, "efa", data.Request)
@@ -179,14 +144,14 @@ func TestClaimStatusShares(t *testing.T) {
 	r := n.prepareOne(c)
 	require.NoError(t, r.Err)
 	assert.Len(t, r.Devices, 2, "the kubelet gets each share")
-	got := waitEntries(t, client, c, 2)
+	got := drivertest.WaitEntries(t, client, c, 2)
 	for req, s := range map[string]share{"a": {id: shareA, shares: 1}, "b": {id: shareB, shares: 2}} {
 		e, ok := got["dra.net/efa-0000-4f-00-0/"+s.id]
 		require.True(t, ok, "share %s: %v", s.id, got)
 		want := efa4f
 		want.Request, want.CDIDevice, want.Shares = req, "dra.net/efa="+string(c.UID)+"-"+req+"_efa-0000-4f-00-0_"+s.id, s.shares
 		assert.Equal(t, want, entryData(t, e))
-		ready, _ := entryCondition(e, "Ready")
+		ready, _ := drivertest.EntryCondition(e, "Ready")
 		assert.Equal(t, readyCond(want.CDIDevice), ready)
 	}
 }
@@ -203,10 +168,10 @@ func TestClaimStatusHealth(t *testing.T) {
 	client := fake.NewClientset(c)
 	n := startOn(t, s, newDirs(t), withStatus(t, client))
 	require.NoError(t, n.prepareOne(c).Err)
-	e := waitEntries(t, client, c, 1)["dra.net/efa-0000-4f-00-0"]
-	_, prepared := entryCondition(e, "Ready")
+	e := drivertest.WaitEntries(t, client, c, 1)["dra.net/efa-0000-4f-00-0"]
+	_, prepared := drivertest.EntryCondition(e, "Ready")
 	healthy := func() claimstatus.Condition {
-		h, _ := entryCondition(claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"], "Healthy")
+		h, _ := drivertest.EntryCondition(drivertest.ClaimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"], "Healthy")
 		return h
 	}
 	time.Sleep(1100 * time.Millisecond) // transition times are in seconds
@@ -215,18 +180,18 @@ func TestClaimStatusHealth(t *testing.T) {
 	n.rescan()
 	down := claimstatus.Condition{Type: "Healthy", Status: "False", Reason: "PortNotActive", Message: "port DOWN"}
 	require.Eventually(t, func() bool { return healthy() == down }, 10*time.Second, 10*time.Millisecond, "Healthy: %v", healthy())
-	e = claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"]
+	e = drivertest.ClaimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"]
 	assert.Equal(t, "DOWN", entryData(t, e).PortState)
-	ready, at := entryCondition(e, "Ready")
+	ready, at := drivertest.EntryCondition(e, "Ready")
 	assert.Equal(t, metav1.ConditionTrue, ready.Status)
 	assert.Equal(t, prepared, at, "Ready's transition time stays")
-	_, turned := entryCondition(e, "Healthy")
+	_, turned := drivertest.EntryCondition(e, "Healthy")
 	assert.True(t, turned.After(prepared), "Healthy turned at the scan: %v, prepared %v", turned, prepared)
 
 	s.cur.Store(up)
 	n.rescan()
 	require.Eventually(t, func() bool { return healthy() == healthyCond }, 10*time.Second, 10*time.Millisecond, "Healthy: %v", healthy())
-	_, at = entryCondition(claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"], "Ready")
+	_, at = drivertest.EntryCondition(drivertest.ClaimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"], "Ready")
 	assert.Equal(t, prepared, at, "Ready's transition time stays")
 }
 
@@ -243,7 +208,7 @@ func TestClaimStatusRestored(t *testing.T) {
 	noLock := func(s *setup) { s.files.DataDir = "" }
 	first := startOn(t, s, d, noLock, withStatus(t, client))
 	require.NoError(t, first.prepareOne(c).Err)
-	_, prepared := entryCondition(waitEntries(t, client, c, 1)["dra.net/efa-0000-4f-00-0"], "Ready")
+	_, prepared := drivertest.EntryCondition(drivertest.WaitEntries(t, client, c, 1)["dra.net/efa-0000-4f-00-0"], "Ready")
 	require.Equal(t, 1, writes(client))
 	time.Sleep(1100 * time.Millisecond) // transition times are in seconds
 
@@ -277,10 +242,10 @@ func TestClaimStatusRestored(t *testing.T) {
 	s.cur.Store(portDown(t, "4f"))
 	n.rescan()
 	require.Eventually(t, func() bool { return writes(client) == 1 }, 10*time.Second, 10*time.Millisecond)
-	e := claimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"]
-	healthy, _ := entryCondition(e, "Healthy")
+	e := drivertest.ClaimEntries(t, client, c)["dra.net/efa-0000-4f-00-0"]
+	healthy, _ := drivertest.EntryCondition(e, "Healthy")
 	assert.Equal(t, metav1.ConditionFalse, healthy.Status)
-	_, at := entryCondition(e, "Ready")
+	_, at := drivertest.EntryCondition(e, "Ready")
 	assert.Equal(t, prepared, at, "Ready's transition time as the API held it")
 }
 
@@ -330,8 +295,8 @@ func TestClaimStatusOffPreparePath(t *testing.T) {
 	release <- struct{}{}
 	written(b)
 	release <- struct{}{}
-	waitEntries(t, client, a, 1)
-	waitEntries(t, client, b, 1)
+	drivertest.WaitEntries(t, client, a, 1)
+	drivertest.WaitEntries(t, client, b, 1)
 }
 
 // TestClaimStatusGPUDirect: a prepared claim's status names each of its
@@ -352,7 +317,7 @@ func TestClaimStatusGPUDirect(t *testing.T) {
 	require.NoError(t, n.prepareOne(c).Err)
 
 	gdr := func() []claimstatus.GPUDirectData {
-		e, ok := claimEntries(t, client, c)["dra.net/efa-0000-97-00-0"]
+		e, ok := drivertest.ClaimEntries(t, client, c)["dra.net/efa-0000-97-00-0"]
 		if !ok || e.Data == nil {
 			return nil
 		}

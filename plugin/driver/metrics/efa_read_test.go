@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/internal/testfixture"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/metrics"
 	"github.com/efakit/efakit/sysfs"
 )
@@ -41,7 +42,7 @@ func TestEFAMetricsCache(t *testing.T) {
 	e.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	before := counterOpens(cfs)
 
-	gather(t, reg)
+	drivertest.Gather(t, reg)
 	oneRead := counterOpens(cfs) - before
 	require.Positive(t, oneRead)
 	var wg sync.WaitGroup
@@ -57,13 +58,13 @@ func TestEFAMetricsCache(t *testing.T) {
 	mu.Lock()
 	now = now.Add(metrics.DefaultEFACacheFor - time.Millisecond)
 	mu.Unlock()
-	gather(t, reg)
+	drivertest.Gather(t, reg)
 	assert.Equal(t, oneRead, counterOpens(cfs)-before, "ten scrapes within the interval: one read")
 
 	mu.Lock()
 	now = now.Add(time.Millisecond)
 	mu.Unlock()
-	gather(t, reg)
+	drivertest.Gather(t, reg)
 	assert.Equal(t, 2*oneRead, counterOpens(cfs)-before, "after the interval: read again")
 }
 
@@ -81,19 +82,19 @@ func TestEFAMetricsConcurrentScrapesOneRead(t *testing.T) {
 	before := counterOpens(cfs)
 
 	var wg sync.WaitGroup
-	results := make([][]series, 4)
+	results := make([][]drivertest.Series, 4)
 	for i := range results {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = gather(t, reg)
+			results[i] = drivertest.Gather(t, reg)
 		}()
 	}
 	<-b.entered // the first read is under way and blocked
 	close(b.release)
 	wg.Wait()
 	for _, ss := range results {
-		assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", nil), 32)
+		assert.Len(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", nil), 32)
 	}
 	perEFA := 0
 	for k := range cfs.Calls() {
@@ -142,9 +143,9 @@ func TestEFAMetricsTimeout(t *testing.T) {
 	e.Timeout = metrics.DefaultEFATimeout
 	e.CacheFor = 0
 
-	scrape := func() []series {
-		done := make(chan []series, 1)
-		go func() { done <- gather(t, reg) }()
+	scrape := func() []drivertest.Series {
+		done := make(chan []drivertest.Series, 1)
+		go func() { done <- drivertest.Gather(t, reg) }()
 		select {
 		case ss := <-done:
 			return ss
@@ -154,19 +155,19 @@ func TestEFAMetricsTimeout(t *testing.T) {
 		}
 	}
 	ss := scrape()
-	assert.Empty(t, find(ss, "efakit_efa_tx_bytes_total", efa0), "still being read")
-	assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", nil), 31)
-	assert.Equal(t, 1.0, one(t, ss, "efakit_efa_read_timeouts_total", nil))
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", efa0), "still being read")
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", nil), 31)
+	assert.Equal(t, 1.0, drivertest.One(t, ss, "efakit_efa_read_timeouts_total", nil))
 
 	ss = scrape()
-	assert.Empty(t, find(ss, "efakit_efa_tx_bytes_total", efa0))
-	assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", nil), 31)
-	assert.Equal(t, 2.0, one(t, ss, "efakit_efa_read_timeouts_total", nil))
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", efa0))
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", nil), 31)
+	assert.Equal(t, 2.0, drivertest.One(t, ss, "efakit_efa_read_timeouts_total", nil))
 	assert.Equal(t, 1, cfs.Calls()["open "+b.path], "not read again while the first read hangs")
 
 	close(b.release)
 	require.Eventually(t, func() bool {
-		return len(find(gather(t, reg), "efakit_efa_tx_bytes_total", efa0)) == 1
+		return len(drivertest.Find(drivertest.Gather(t, reg), "efakit_efa_tx_bytes_total", efa0)) == 1
 	}, time.Minute, 10*time.Millisecond)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/efakit/efakit/efa"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/metrics"
 )
 
@@ -28,24 +29,24 @@ func TestEFAMetricsChangeBetweenReads(t *testing.T) {
 	now := time.Unix(1000, 0)
 	e.Now = func() time.Time { return now }
 
-	ss := gather(t, reg)
+	ss := drivertest.Gather(t, reg)
 	port := map[string]string{"device": "rdmap79s0", "port": "1", "pci_address": "0000:4f:00.0",
 		"pcie_root": "pci0000:44", "dra_device": "efa-0000-4f-00-0", "claim_namespace": "", "claim_name": "", "claim_uid": ""}
-	assert.Equal(t, 1000.0, one(t, ss, "efakit_efa_tx_bytes_total", port))
-	assert.Equal(t, 7.0, one(t, ss, "efakit_efa_keep_alive_received_total", efa0))
-	assert.Equal(t, 1.0, one(t, ss, "efakit_efa_port_active", port))
-	assert.Equal(t, 100e9/8, one(t, ss, "efakit_efa_port_rate_bytes_per_second", port))
-	assert.Empty(t, find(ss, "efakit_efa_retransmitted_bytes_total", nil), "p5's efa has no retransmit counters")
-	assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", nil), 32, "one series per EFA")
-	assert.Empty(t, find(ss, "efakit_efa_other_total", nil), "lifespan is not a counter")
-	assert.Empty(t, find(ss, "efakit_efa_port_other_total", nil))
+	assert.Equal(t, 1000.0, drivertest.One(t, ss, "efakit_efa_tx_bytes_total", port))
+	assert.Equal(t, 7.0, drivertest.One(t, ss, "efakit_efa_keep_alive_received_total", efa0))
+	assert.Equal(t, 1.0, drivertest.One(t, ss, "efakit_efa_port_active", port))
+	assert.Equal(t, 100e9/8, drivertest.One(t, ss, "efakit_efa_port_rate_bytes_per_second", port))
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_retransmitted_bytes_total", nil), "p5's efa has no retransmit counters")
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", nil), 32, "one series per EFA")
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_other_total", nil), "lifespan is not a counter")
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_port_other_total", nil))
 
 	s.cur.Store(p5With(t, map[string]string{"ports/1/hw_counters/tx_bytes": "5000\n", "hw_counters/keep_alive_rcvd": "9\n", "ports/1/state": "1: DOWN\n"}))
 	now = now.Add(metrics.DefaultEFACacheFor)
-	ss = gather(t, reg)
-	assert.Equal(t, 5000.0, one(t, ss, "efakit_efa_tx_bytes_total", port))
-	assert.Equal(t, 9.0, one(t, ss, "efakit_efa_keep_alive_received_total", efa0))
-	assert.Equal(t, 0.0, one(t, ss, "efakit_efa_port_active", port))
+	ss = drivertest.Gather(t, reg)
+	assert.Equal(t, 5000.0, drivertest.One(t, ss, "efakit_efa_tx_bytes_total", port))
+	assert.Equal(t, 9.0, drivertest.One(t, ss, "efakit_efa_keep_alive_received_total", efa0))
+	assert.Equal(t, 0.0, drivertest.One(t, ss, "efakit_efa_port_active", port))
 }
 
 // TestEFAMetricsEveryCounter: every counter of the catalogue, each one on
@@ -63,26 +64,26 @@ func TestEFAMetricsEveryCounter(t *testing.T) {
 		files[f] = fmt.Sprintf("%d\n", 100+i)
 	}
 	_, reg := newEFA(t, p5With(t, files), nil)
-	ss := gather(t, reg)
+	ss := drivertest.Gather(t, reg)
 	names := map[float64]string{}
 	for _, s := range ss {
-		if s.labels["device"] == "rdmap79s0" && strings.HasPrefix(s.name, "efakit_efa_") && strings.HasSuffix(s.name, "_total") {
-			require.NotContains(t, names, s.value, "%s and %s", names[s.value], s.name)
-			names[s.value] = s.name
+		if s.Labels["device"] == "rdmap79s0" && strings.HasPrefix(s.Name, "efakit_efa_") && strings.HasSuffix(s.Name, "_total") {
+			require.NotContains(t, names, s.Value, "%s and %s", names[s.Value], s.Name)
+			names[s.Value] = s.Name
 		}
 	}
 	for i, c := range efa.KnownCounters() {
 		name, ok := names[float64(100+i)]
 		if assert.True(t, ok, c.Name) {
 			assert.NotContains(t, name, "other", c.Name)
-			_, hasPort := find(ss, name, efa0)[0].labels["port"]
+			_, hasPort := drivertest.Find(ss, name, efa0)[0].Labels["port"]
 			assert.Equal(t, c.Port, hasPort, "%s: port label", c.Name)
 		}
 	}
-	assert.Equal(t, 3.0, one(t, ss, "efakit_efa_other_total", map[string]string{"device": "rdmap79s0", "counter": "brand_new"}))
-	assert.Equal(t, 4.0, one(t, ss, "efakit_efa_port_other_total", map[string]string{"device": "rdmap79s0", "counter": "newer_port_thing", "port": "1"}))
-	assert.Len(t, find(ss, "efakit_efa_other_total", nil), 1)
-	assert.Len(t, find(ss, "efakit_efa_port_other_total", nil), 1)
+	assert.Equal(t, 3.0, drivertest.One(t, ss, "efakit_efa_other_total", map[string]string{"device": "rdmap79s0", "counter": "brand_new"}))
+	assert.Equal(t, 4.0, drivertest.One(t, ss, "efakit_efa_port_other_total", map[string]string{"device": "rdmap79s0", "counter": "newer_port_thing", "port": "1"}))
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_other_total", nil), 1)
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_port_other_total", nil), 1)
 }
 
 // TestEFAMetricsBadFiles: a counter that does not parse and a rate that
@@ -92,14 +93,14 @@ func TestEFAMetricsBadFiles(t *testing.T) {
 	t.Parallel()
 	fsys := p5With(t, map[string]string{"ports/1/hw_counters/rx_bytes": "lots\n", "ports/1/rate": dropFile})
 	_, reg := newEFA(t, fsys, nil)
-	ss := gather(t, reg)
-	assert.Empty(t, find(ss, "efakit_efa_rx_bytes_total", efa0))
-	assert.Empty(t, find(ss, "efakit_efa_port_rate_bytes_per_second", efa0))
-	assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", efa0), 1)
-	assert.Len(t, find(ss, "efakit_efa_port_active", efa0), 1)
-	assert.Len(t, find(ss, "efakit_efa_rx_bytes_total", nil), 31)
-	assert.Equal(t, 2.0, one(t, ss, "efakit_efa_read_errors_total", efa0))
-	assert.Empty(t, find(ss, "efakit_efa_read_errors_total", map[string]string{"device": "rdmap80s0"}))
+	ss := drivertest.Gather(t, reg)
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_rx_bytes_total", efa0))
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_port_rate_bytes_per_second", efa0))
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", efa0), 1)
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_port_active", efa0), 1)
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_rx_bytes_total", nil), 31)
+	assert.Equal(t, 2.0, drivertest.One(t, ss, "efakit_efa_read_errors_total", efa0))
+	assert.Empty(t, drivertest.Find(ss, "efakit_efa_read_errors_total", map[string]string{"device": "rdmap80s0"}))
 }
 
 // TestEFAMetricsClaimLabels: the claim a target names labels every series
@@ -115,12 +116,12 @@ func TestEFAMetricsClaimLabels(t *testing.T) {
 	e, reg := newEFA(t, fsys, list)
 	now := time.Unix(1000, 0)
 	e.Now = func() time.Time { return now }
-	owner := func(ss []series, dev string) [3]string {
-		f := find(ss, "efakit_efa_tx_bytes_total", map[string]string{"dra_device": dev})
+	owner := func(ss []drivertest.Series, dev string) [3]string {
+		f := drivertest.Find(ss, "efakit_efa_tx_bytes_total", map[string]string{"dra_device": dev})
 		require.Len(t, f, 1, dev)
-		return [3]string{f[0].labels["claim_namespace"], f[0].labels["claim_name"], f[0].labels["claim_uid"]}
+		return [3]string{f[0].Labels["claim_namespace"], f[0].Labels["claim_name"], f[0].Labels["claim_uid"]}
 	}
-	assert.Equal(t, [3]string{}, owner(gather(t, reg), "efa-0000-4f-00-0"))
+	assert.Equal(t, [3]string{}, owner(drivertest.Gather(t, reg), "efa-0000-4f-00-0"))
 
 	held := append([]metrics.Target(nil), free...)
 	for i := range held {
@@ -129,17 +130,17 @@ func TestEFAMetricsClaimLabels(t *testing.T) {
 		}
 	}
 	list.set(held)
-	ss := gather(t, reg)
+	ss := drivertest.Gather(t, reg)
 	for _, d := range []string{"efa-0000-4f-00-0", "efa-0000-50-00-0"} {
 		assert.Equal(t, [3]string{"default", "c", "uid-1"}, owner(ss, d), d)
 	}
 	assert.Equal(t, [3]string{}, owner(ss, "efa-0000-51-00-0"), "free")
-	assert.Len(t, find(ss, "efakit_efa_port_active", map[string]string{"claim_name": "c"}), 2, "gauges carry the claim too")
-	assert.Len(t, find(ss, "efakit_efa_tx_bytes_total", nil), 32)
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_port_active", map[string]string{"claim_name": "c"}), 2, "gauges carry the claim too")
+	assert.Len(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", nil), 32)
 
 	list.set(free)
-	for _, s := range find(gather(t, reg), "efakit_efa_tx_bytes_total", nil) {
-		assert.Empty(t, s.labels["claim_uid"], s.labels["dra_device"])
+	for _, s := range drivertest.Find(drivertest.Gather(t, reg), "efakit_efa_tx_bytes_total", nil) {
+		assert.Empty(t, s.Labels["claim_uid"], s.Labels["dra_device"])
 	}
 }
 
@@ -199,10 +200,10 @@ func registry(t *testing.T, files map[string]string) *prometheus.Registry {
 func TestEFAMetricsLint(t *testing.T) {
 	t.Parallel()
 	reg := registry(t, map[string]string{"hw_counters/brand_new": "3\n", "ports/1/hw_counters/newer_port_thing": "4\n"})
-	ss := gather(t, reg)
-	require.NotEmpty(t, find(ss, "efakit_efa_tx_bytes_total", map[string]string{"claim_name": "c"}))
-	require.NotEmpty(t, find(ss, "efakit_efa_other_total", nil))
-	require.NotEmpty(t, find(ss, "efakit_plugin_standing_aside", nil), "the vectors have series")
+	ss := drivertest.Gather(t, reg)
+	require.NotEmpty(t, drivertest.Find(ss, "efakit_efa_tx_bytes_total", map[string]string{"claim_name": "c"}))
+	require.NotEmpty(t, drivertest.Find(ss, "efakit_efa_other_total", nil))
+	require.NotEmpty(t, drivertest.Find(ss, "efakit_plugin_standing_aside", nil), "the vectors have series")
 	// promlint is what testutil.GatherAndLint runs; testutil itself would
 	// add a module to go.mod for its diffs.
 	mfs, err := reg.Gather()

@@ -1,22 +1,16 @@
 package publishing_test
 
 import (
-	"context"
-	"fmt"
 	"io/fs"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
-	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/efakit/efakit/efa/health"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/inventory"
 	"github.com/efakit/efakit/plugin/driver/metrics"
 	"github.com/efakit/efakit/plugin/driver/publishing"
@@ -31,20 +25,7 @@ const p5 = "../../../testdata/sysfs/p5.48xlarge.sysfs"
 const node = "node-1"
 
 // edit returns the p5 fixture with f applied to each entry (false drops it).
-func edit(t testing.TB, f func(e *sysfs.Entry) bool) *sysfs.MemFS {
-	t.Helper()
-	r, err := sysfs.OpenCapture(p5)
-	require.NoError(t, err)
-	var es []sysfs.Entry
-	for _, e := range r.ReadLinkFS.(*sysfs.MemFS).Entries() {
-		if f(&e) {
-			es = append(es, e)
-		}
-	}
-	m, err := sysfs.NewMemFS(es)
-	require.NoError(t, err)
-	return m
-}
+func edit(t testing.TB, f func(e *sysfs.Entry) bool) *sysfs.MemFS { return drivertest.Edit(t, p5, f) }
 
 // full is the p5 fixture as captured.
 func full(t testing.TB) *sysfs.MemFS { return edit(t, func(*sysfs.Entry) bool { return true }) }
@@ -80,63 +61,6 @@ func newPublisher(cfg resources.Config, with ...func(*publishing.PublisherOption
 		f(&o)
 	}
 	return publishing.NewPublisher(o), o.Metrics
-}
-
-// recorder is a Target that keeps what it was given.
-type recorder struct {
-	mu    sync.Mutex
-	calls []resourceslice.DriverResources
-}
-
-func (r *recorder) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, *res.DeepCopy())
-	return nil
-}
-
-func (r *recorder) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.calls) }
-
-// lastDevices are the devices of the last publish, by name.
-func lastDevices(rec *recorder) map[string]resourceapi.Device {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	out := map[string]resourceapi.Device{}
-	for _, pool := range rec.calls[len(rec.calls)-1].Pools {
-		for _, s := range pool.Slices {
-			for _, d := range s.Devices {
-				out[d.Name] = d
-			}
-		}
-	}
-	return out
-}
-
-// testLogger records what is logged at the default verbosity.
-func testLogger(t *testing.T) (context.Context, func() []ktesting.LogEntry) {
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
-	return klog.NewContext(context.Background(), logger), func() []ktesting.LogEntry {
-		return logger.GetSink().(ktesting.Underlier).GetBuffer().Data()
-	}
-}
-
-// kv is a log entry's key/value pairs as a map.
-func kv(e ktesting.LogEntry) map[string]any {
-	out := map[string]any{}
-	for i := 0; i+1 < len(e.ParameterKVList); i += 2 {
-		out[fmt.Sprint(e.ParameterKVList[i])] = e.ParameterKVList[i+1]
-	}
-	return out
-}
-
-func entries(log []ktesting.LogEntry, msg string) []ktesting.LogEntry {
-	var out []ktesting.LogEntry
-	for _, e := range log {
-		if e.Message == msg {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // value is a counter's or gauge's value.

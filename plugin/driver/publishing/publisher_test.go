@@ -24,6 +24,7 @@ import (
 
 	"github.com/efakit/efakit/efa/health"
 	"github.com/efakit/efakit/plugin/driver/events"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/inventory"
 	"github.com/efakit/efakit/plugin/driver/publishing"
 	"github.com/efakit/efakit/plugin/driver/resources"
@@ -83,7 +84,7 @@ func numaRefusal(device int) error {
 func TestNUMAListFallsBack(t *testing.T) {
 	t.Parallel()
 	newRun := func(t *testing.T) run {
-		r := run{rec: &recorder{}, stopped: &atomic.Value{}, asked: &atomic.Int32{}}
+		r := run{rec: &drivertest.Recorder{}, stopped: &atomic.Value{}, asked: &atomic.Int32{}}
 		r.p, _ = newPublisher(resources.Config{NodeName: node, NUMAList: true}, func(o *publishing.PublisherOptions) {
 			o.Stop = func(err error) { r.stopped.Store(err) }
 			o.AskRescan = func() { r.asked.Add(1) }
@@ -92,8 +93,8 @@ func TestNUMAListFallsBack(t *testing.T) {
 		r.scan(t)
 		return r
 	}
-	form := func(rec *recorder) (list, scalar int) {
-		for _, d := range lastDevices(rec) {
+	form := func(rec *drivertest.Recorder) (list, scalar int) {
+		for _, d := range rec.LastDevices() {
 			a := d.Attributes[resources.AttrNUMANode]
 			if a.IntValues != nil {
 				list++
@@ -132,7 +133,7 @@ func TestNUMAListFallsBack(t *testing.T) {
 // run is a publisher of TestNUMAListFallsBack, with what it did.
 type run struct {
 	p       *publishing.Publisher
-	rec     *recorder
+	rec     *drivertest.Recorder
 	stopped *atomic.Value
 	asked   *atomic.Int32
 }
@@ -147,7 +148,7 @@ func (r run) scan(t *testing.T) {
 
 // withdrawRecorder is a target that can withdraw, as Slices.
 type withdrawRecorder struct {
-	recorder
+	drivertest.Recorder
 	release   chan struct{} // Withdraw returns once it is closed
 	withdrawn chan struct{}
 }
@@ -183,7 +184,7 @@ func TestDroppedCountersWithdrawn(t *testing.T) {
 	p.SetTarget(pub)
 	_, err := p.Publish(context.Background(), snapshot(t, full(t), cfg, nil, nil))
 	require.NoError(t, err)
-	require.NotZero(t, pub.count())
+	require.NotZero(t, pub.Count())
 
 	want := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: []resourceapi.CounterSet{{Name: "efas-pci0000-44"}}}}
 	// Each slice of the pool reports its drop; the second report must
@@ -200,11 +201,11 @@ func TestDroppedCountersWithdrawn(t *testing.T) {
 	assert.True(t, withdrawnAtStop, "withdrawn before the stop")
 	assert.Contains(t, stopped.Error(), "needs DRAPartitionableDevices")
 	mu.Unlock()
-	n := pub.count()
+	n := pub.Count()
 	published, err := p.Publish(context.Background(), snapshot(t, portDown(t, "50"), cfg, nil, nil))
 	require.NoError(t, err)
 	assert.False(t, published, "nothing published once stopping")
-	assert.Equal(t, n, pub.count())
+	assert.Equal(t, n, pub.Count())
 }
 
 // TestNoneEffectFallsBack: an API server from before the taint effect
@@ -220,7 +221,7 @@ func TestNoneEffectFallsBack(t *testing.T) {
 		o.Stop = func(err error) { stopped = err }
 		o.AskRescan = func() { asked++ }
 	})
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetTarget(rec)
 	// 4f degraded, 50 unhealthy, as the health checks grade them.
 	verdicts := map[string]health.Verdict{
@@ -230,8 +231,8 @@ func TestNoneEffectFallsBack(t *testing.T) {
 	snap := snapshot(t, full(t), cfg, nil, verdicts)
 	_, err := p.Publish(context.Background(), snap)
 	require.NoError(t, err)
-	require.Len(t, lastDevices(rec)["efa-0000-4f-00-0"].Taints, 1)
-	assert.Equal(t, resourceapi.DeviceTaintEffectNone, lastDevices(rec)["efa-0000-4f-00-0"].Taints[0].Effect)
+	require.Len(t, rec.LastDevices()["efa-0000-4f-00-0"].Taints, 1)
+	assert.Equal(t, resourceapi.DeviceTaintEffectNone, rec.LastDevices()["efa-0000-4f-00-0"].Taints[0].Effect)
 
 	// kube-apiserver's validation of an effect it does not know.
 	path := field.NewPath("spec", "devices").Index(0).Child("taints").Index(0).Child("effect")
@@ -243,7 +244,7 @@ func TestNoneEffectFallsBack(t *testing.T) {
 	published, err := p.Publish(context.Background(), snap)
 	require.NoError(t, err)
 	require.True(t, published, "the same snapshot, published without the effect")
-	devs := lastDevices(rec)
+	devs := rec.LastDevices()
 	assert.Empty(t, devs["efa-0000-4f-00-0"].Taints, "degraded, unmarked")
 	assert.Equal(t, "admin-timeouts", devs["efa-0000-50-00-0"].Taints[0].Value, "unhealthy, still tainted")
 	assert.Equal(t, 1.0, value(t, m.Health.Degraded.WithLabelValues("none")))
@@ -258,13 +259,13 @@ func TestUnhealthyWithheld(t *testing.T) {
 	t.Parallel()
 	cfg := resources.Config{NodeName: node}
 	p, m := newPublisher(cfg)
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetTarget(rec)
 	ctx := context.Background()
 	down := snapshot(t, portDown(t, "50"), cfg, nil, nil)
 	_, err := p.Publish(ctx, down)
 	require.NoError(t, err)
-	devs := lastDevices(rec)
+	devs := rec.LastDevices()
 	require.Len(t, devs, 32)
 	assert.Equal(t, []resourceapi.DeviceTaint{{Key: "dra.net/unhealthy", Value: "port-not-active", Effect: resourceapi.DeviceTaintEffectNoSchedule}}, devs["efa-0000-50-00-0"].Taints)
 	assert.Equal(t, 1.0, value(t, m.Health.Unhealthy.WithLabelValues("taint")))
@@ -274,7 +275,7 @@ func TestUnhealthyWithheld(t *testing.T) {
 	p.HandleError(ctx, &resourceslice.DroppedFieldsError{PoolName: node, DesiredSlice: desired, ActualSlice: actual}, "publish")
 	_, err = p.Publish(ctx, down)
 	require.NoError(t, err)
-	devs = lastDevices(rec)
+	devs = rec.LastDevices()
 	assert.Len(t, devs, 31)
 	assert.NotContains(t, devs, "efa-0000-50-00-0")
 	assert.Equal(t, 1.0, value(t, m.Health.Unhealthy.WithLabelValues("withhold")))
@@ -282,7 +283,7 @@ func TestUnhealthyWithheld(t *testing.T) {
 
 	_, err = p.Publish(ctx, snapshot(t, full(t), cfg, down, nil))
 	require.NoError(t, err)
-	assert.Len(t, lastDevices(rec), 32)
+	assert.Len(t, rec.LastDevices(), 32)
 }
 
 // TestPublishedResourcesTaint: efakit slices (resources.Published) prints
@@ -309,11 +310,11 @@ func TestPublishedResourcesTaint(t *testing.T) {
 	assert.Equal(t, map[string]string{"efa-0000-50-00-0": "dra.net/unhealthy=port-not-active:NoSchedule"}, tainted)
 
 	p, _ := newPublisher(cfg)
-	rec := &recorder{}
+	rec := &drivertest.Recorder{}
 	p.SetTarget(rec)
 	_, err = p.Publish(context.Background(), snapshot(t, fsys, cfg, nil, nil))
 	require.NoError(t, err)
-	assert.Equal(t, printed, lastDevices(rec))
+	assert.Equal(t, printed, rec.LastDevices())
 }
 
 // TestLogPublishSaysWhat: every publish says what changed (devices tainted,
@@ -324,8 +325,8 @@ func TestLogPublishSaysWhat(t *testing.T) {
 	t.Parallel()
 	cfg := resources.Config{NodeName: node}
 	p, _ := newPublisher(cfg)
-	p.SetTarget(&recorder{})
-	ctx, logged := testLogger(t)
+	p.SetTarget(&drivertest.Recorder{})
+	ctx, logged := drivertest.Logger(t)
 	var prev *inventory.Snapshot
 	scan := func(fsys *sysfs.MemFS) {
 		s := snapshot(t, fsys, cfg, prev, nil)
@@ -347,8 +348,8 @@ func TestLogPublishSaysWhat(t *testing.T) {
 	}))
 
 	var got []map[string]any
-	for _, e := range entries(logged(), "Published") {
-		got = append(got, kv(e))
+	for _, e := range drivertest.Entries(logged(), "Published") {
+		got = append(got, drivertest.KV(e))
 	}
 	require.Len(t, got, 5)
 	assert.Equal(t, map[string]any{"devices": 32, "first": true}, got[0])

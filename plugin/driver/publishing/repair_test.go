@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/publishing"
 	"github.com/efakit/efakit/plugin/driver/resources"
 )
@@ -34,7 +35,7 @@ const repairMsg = "Published again the ResourceSlices someone else deleted or ch
 // sync delay, and the log says so once per repair.
 func TestSliceRepair(t *testing.T) {
 	t.Parallel()
-	ctx, logged := testLogger(t)
+	ctx, logged := drivertest.Logger(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
@@ -55,8 +56,8 @@ func TestSliceRepair(t *testing.T) {
 	require.Eventually(t, func() bool { l := slices(); return len(l) == 1 && len(l[0].Spec.Devices) == 32 }, 5*time.Second, 10*time.Millisecond,
 		"republished within 5 s")
 	t.Logf("deleted slice republished after %v", time.Since(start))
-	require.Eventually(t, func() bool { return len(entries(logged(), repairMsg)) == 1 }, 5*time.Second, 10*time.Millisecond)
-	assert.Len(t, kv(entries(logged(), repairMsg)[0])["deleted"], 1)
+	require.Eventually(t, func() bool { return len(drivertest.Entries(logged(), repairMsg)) == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Len(t, drivertest.KV(drivertest.Entries(logged(), repairMsg)[0])["deleted"], 1)
 
 	// Changed: a device taken out of the slice.
 	sl := slices()[0]
@@ -67,10 +68,10 @@ func TestSliceRepair(t *testing.T) {
 	require.Eventually(t, func() bool { l := slices(); return len(l) == 1 && len(l[0].Spec.Devices) == 32 }, 5*time.Second, 10*time.Millisecond,
 		"repaired within 5 s")
 	t.Logf("changed slice repaired after %v", time.Since(start))
-	require.Eventually(t, func() bool { return len(entries(logged(), repairMsg)) == 2 }, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, []string{sl.Name}, kv(entries(logged(), repairMsg)[1])["changed"])
+	require.Eventually(t, func() bool { return len(drivertest.Entries(logged(), repairMsg)) == 2 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []string{sl.Name}, drivertest.KV(drivertest.Entries(logged(), repairMsg)[1])["changed"])
 	time.Sleep(200 * time.Millisecond)
-	assert.Len(t, entries(logged(), repairMsg), 2, "once per repair")
+	assert.Len(t, drivertest.Entries(logged(), repairMsg), 2, "once per repair")
 }
 
 // TestWithdrawKeepsForeignSlices: another dra.net publisher's slice

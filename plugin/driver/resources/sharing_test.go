@@ -17,6 +17,7 @@ import (
 
 	"github.com/efakit/efakit/internal/testfixture"
 	"github.com/efakit/efakit/plugin/allocfeatures"
+	"github.com/efakit/efakit/plugin/driver/internal/drivertest"
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/sysfs"
 	"github.com/efakit/efakit/topology"
@@ -28,21 +29,6 @@ import (
 
 // p5 is the p5.48xlarge's capture: 32 EFAs, four per GPU.
 const p5 = "../../../testdata/sysfs/p5.48xlarge.sysfs"
-
-// sharesPolicy checks a published EFA is shareable by n shares, each claim
-// taking one by default and 1 to n on request.
-func sharesPolicy(t *testing.T, d resourceapi.Device, n int64) {
-	t.Helper()
-	require.NotNil(t, d.AllowMultipleAllocations, d.Name)
-	assert.True(t, *d.AllowMultipleAllocations, d.Name)
-	c, ok := d.Capacity[resources.CapacityShares]
-	require.True(t, ok, "%s has no shares capacity: %v", d.Name, d.Capacity)
-	assert.Equal(t, n, c.Value.Value(), d.Name)
-	require.NotNil(t, c.RequestPolicy, d.Name)
-	require.NotNil(t, c.RequestPolicy.ValidRange, d.Name)
-	got := []int64{c.RequestPolicy.Default.Value(), c.RequestPolicy.ValidRange.Min.Value(), c.RequestPolicy.ValidRange.Max.Value(), c.RequestPolicy.ValidRange.Step.Value()}
-	assert.Equal(t, []int64{1, 1, n, 1}, got, "%s: default, min, max, step", d.Name)
-}
 
 // TestSharingPolicy: with --sharing=capacity every single EFA of every
 // fixture is published shareable by its shares (DefaultShares when none
@@ -68,7 +54,7 @@ func TestSharingPolicy(t *testing.T) {
 					n := 0
 					for _, s := range resources.Slices(pool, cfg) {
 						for _, d := range s.Spec.Devices {
-							sharesPolicy(t, d, tc.want)
+							drivertest.SharesPolicy(t, d, tc.want)
 							n++
 						}
 					}
