@@ -71,7 +71,7 @@ var Allowed = map[string][]string{
 
 	// Tools and test support.
 	// What the tests of driver and its parts share (only tests import it).
-	"plugin/driver/internal/drivertest": {"plugin/driver/claimstatus"},
+	"plugin/driver/internal/drivertest": {"plugin/driver/claimstatus", "plugin/driver/resources", "sysfs"},
 	"plugin/allocfeatures":              nil,
 	"internal/apicheck":                 nil,
 	"internal/placed":                   {"efa", "neuron", "pcie", "topology"},
