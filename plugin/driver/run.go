@@ -180,6 +180,18 @@ func (r *run) serve(o ServeOptions) error {
 		kernel = live.Kernel{}
 	}
 	nodes := owners.NewNodeWatch(o.KubeClient, o.Config.NodeName)
+	if o.Config.GroupsNodeLabel != "" {
+		flag := o.Config.Groups
+		mode, err := nodeGroupMode(ctx, o.KubeClient, o.Config)
+		if err != nil {
+			return err
+		}
+		o.Config.Groups = mode
+		if err := o.Config.CheckSharing(); err != nil {
+			return fmt.Errorf("node %s, label %s: %w", o.Config.NodeName, o.Config.GroupsNodeLabel, err)
+		}
+		stopOnGroupLabel(nodes, o.Config, flag, func(err error) { r.cancel(err) })
+	}
 	pub := &publishing.Slices{Ctx: ctx, Client: o.KubeClient, DriverName: driverName, NodeName: o.Config.NodeName,
 		SyncDelay: publishing.JitteredRepairDelay()}
 	plugin, err := NewPlugin(ctx, PluginOptions{Config: o.Config, SysfsRoot: root, ProcRoot: os.DirFS(o.ProcRoot), CDI: writer,

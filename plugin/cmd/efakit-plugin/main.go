@@ -76,6 +76,7 @@ var flagEnv = []struct{ flag, env string }{
 	{"node-name", "NODE_NAME"},
 	{"driver-name", "DRIVER_NAME"},
 	{"groups", "EFA_GROUPS"},
+	{"groups-node-label", "EFA_GROUPS_NODE_LABEL"},
 	{"sharing", "EFA_SHARING"},
 	{"shares", "EFA_SHARES"},
 	{"numa-list", "NUMA_LIST"},
@@ -138,6 +139,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	nodeName := fl.String("node-name", "", "the node this plugin runs on (required)")
 	driverName := fl.String("driver-name", resources.DefaultDriverName, "DRA driver name")
 	groups := fl.String("groups", "none", "publish EFA group devices: none, exclusive (one device per PCIe root instead of single EFAs) or mixed (both, with shared counters; needs DRAPartitionableDevices)")
+	fl.StringVar(&s.Config.GroupsNodeLabel, "groups-node-label", "", "a node label whose value (none, exclusive or mixed) sets the node's group mode in place of --groups; read at start, and the plugin stops (to be started again) when it changes. \"\": --groups on every node")
 	sharing := fl.String("sharing", "none", "let independent claims share an EFA: none, or capacity (each EFA published with --shares shares, each claim takes one unless it asks for more; needs DRAConsumableCapacity, Kubernetes 1.36 or later, and --groups=none)")
 	fl.Int64Var(&s.Config.Shares, "shares", resources.DefaultShares, "shares of each EFA with --sharing=capacity (1 to 1024)")
 	fl.BoolVar(&s.Config.NUMAList, "numa-list", false, "publish resource.kubernetes.io/numaNode in list form (clusters with DRAListTypeAttributes)")
@@ -211,6 +213,11 @@ func parseArgs(args []string, stdout, stderr io.Writer) (o options, code int, ok
 	mode, err := resources.ParseGroupMode(*groups)
 	if err != nil {
 		return usageError("--groups: %v", err)
+	}
+	if l := s.Config.GroupsNodeLabel; l != "" {
+		if msgs := validation.IsQualifiedName(l); len(msgs) > 0 {
+			return usageError("--groups-node-label %q is not a label name: %s", l, strings.Join(msgs, "; "))
+		}
 	}
 	share, err := resources.ParseSharingMode(*sharing)
 	if err != nil {

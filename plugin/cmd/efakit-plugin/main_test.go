@@ -113,6 +113,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"--node-name", "n1", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--node-name", "n1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{[]string{"--node-name", "n1", "--groups", "all"}, `--groups: unknown group mode "all"`},
+		{[]string{"--node-name", "n1", "--groups-node-label", "efakit.io/group mode"}, `--groups-node-label "efakit.io/group mode" is not a label name`},
 		{[]string{"--node-name", "n1", "--kube-api-qps", "0"}, "--kube-api-qps 0: must be above 0"},
 		{[]string{"--node-name", "n1", "--kube-api-burst", "0"}, "--kube-api-burst 0: must be at least 1"},
 	} {

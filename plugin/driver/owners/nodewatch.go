@@ -63,6 +63,20 @@ func (w *NodeWatch) Run(ctx context.Context, changed func()) {
 	w.inf.RunWithContext(ctx)
 }
 
+// OnUpdate calls f with each update of the Node (as it was, as it is),
+// from the watch's goroutine.
+func (w *NodeWatch) OnUpdate(f func(old, cur *corev1.Node)) {
+	_, _ = w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := cur.(*corev1.Node)
+			if ok1 && ok2 {
+				f(o, n)
+			}
+		},
+	})
+}
+
 // ownerSignsEqual tells whether two versions of a Node say the same about
 // another owner of its EFAs.
 func ownerSignsEqual(a, b *corev1.Node) bool {

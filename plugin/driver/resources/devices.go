@@ -97,6 +97,10 @@ type Config struct {
 	// Groups adds "all EFAs of one PCIe root" devices: GroupsNone (the
 	// default), GroupsExclusive or GroupsMixed.
 	Groups GroupMode
+	// GroupsNodeLabel, when set, is a node label whose value (none,
+	// exclusive or mixed) is the node's group mode in place of Groups
+	// (NodeGroupMode): one DaemonSet serves node groups of each mode.
+	GroupsNodeLabel string
 	// Sharing lets independent claims share an EFA (SharingCapacity), each
 	// taking shares of Shares (DefaultShares when 0); SharingNone (the
 	// default) gives an EFA to one claim at a time. CheckSharing says which

@@ -43,6 +43,22 @@ func ParseGroupMode(s string) (GroupMode, error) {
 	return "", fmt.Errorf("unknown group mode %q (none, exclusive, mixed)", s)
 }
 
+// NodeGroupMode is a node's group mode: the value of its label key when
+// the node has that label (none, exclusive or mixed; empty is none), def
+// when it has not or key is "". An unknown value is an error naming the
+// label: a typo never publishes in a mode nobody chose.
+func NodeGroupMode(labels map[string]string, key string, def GroupMode) (GroupMode, error) {
+	v, ok := labels[key]
+	if key == "" || !ok {
+		return def, nil
+	}
+	m, err := ParseGroupMode(v)
+	if err != nil {
+		return "", fmt.Errorf("node label %s: %w", key, err)
+	}
+	return m, nil
+}
+
 // Group device values.
 const (
 	KindGroup = "efa-group"
