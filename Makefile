@@ -148,7 +148,10 @@ burst: e2e-deps
 ## SCALENODES plain Node objects (a SCALEMIX of instance types), each shape
 ## of SCALESHAPES on a control plane of its own, SCALEROUNDS rounds
 ## interleaved: a burst of SCALEPODS pods, then SCALECHURN churn
-## (duration@pods-per-second). Prints each size's figures and ratios and
+## (duration@pods-per-second), with SCALESINGLES of the pods (0 to 1)
+## taking one EFA instead of an accelerator with its EFAs (the pods a
+## group mode cannot serve stay pending and are counted). Prints each
+## size's figures and ratios and
 ## appends every run to bin/scale.jsonl; SCALEPPROF=dir keeps the
 ## scheduler's CPU profiles. SCALESCORE=0,10,50 runs every shape with each
 ## percentageOfNodesToScore (0: the scheduler's default), SCALERATE=default,200/400
@@ -159,7 +162,8 @@ SCALENODES ?= 500,2000,5000
 SCALEROUNDS ?= 3
 SCALEPODS ?= 500
 SCALEMIX ?= p5.48xlarge=1
-SCALESHAPES ?= efakit,efakit-mixed,dranet,upstream,plain
+SCALESHAPES ?= efakit,efakit-exclusive,efakit-mixed,dranet,upstream,plain
+SCALESINGLES ?= 0
 SCALECHURN ?= 60s@5
 SCALEPPROF ?=
 SCALESCORE ?=
@@ -169,6 +173,7 @@ scale: e2e-deps
 	@mkdir -p bin
 	cd bench/cluster && EFAKIT_SCALE_NODES=$(SCALENODES) EFAKIT_SCALE_ROUNDS=$(SCALEROUNDS) EFAKIT_SCALE_PODS=$(SCALEPODS) \
 	  EFAKIT_SCALE_MIX=$(SCALEMIX) EFAKIT_SCALE_SHAPES=$(SCALESHAPES) EFAKIT_SCALE_CHURN=$(SCALECHURN) \
+	  EFAKIT_SCALE_SINGLES=$(SCALESINGLES) \
 	  EFAKIT_SCALE_NODES_TO_SCORE=$(SCALESCORE) EFAKIT_SCALE_SCHEDULER_RATE=$(SCALERATE) \
 	  EFAKIT_SCALE_PPROF=$(if $(SCALEPPROF),$(abspath $(SCALEPPROF))) EFAKIT_SCALE_OUT=$(CURDIR)/bin/scale.jsonl \
 	  $(GO) test -count=1 -timeout 900m -run '^TestScale$$' -v .

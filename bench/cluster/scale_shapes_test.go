@@ -88,6 +88,13 @@ type shape struct {
 	template func(it *instanceType) *resourceapi.ResourceClaimTemplate
 	// perNode is how many of the template's pods one node holds.
 	perNode func(it *instanceType) int
+	// single is the claim of a pod that takes one EFA (the "efa-1"
+	// template `efakit claims` prints in the default mode), for the pod
+	// mix (EFAKIT_SCALE_SINGLES); nil where the shape has no such pods.
+	// servesSingle says whether the shape's devices can serve it: a node
+	// group in exclusive mode publishes no single EFA.
+	single       func(it *instanceType) *resourceapi.ResourceClaimTemplate
+	servesSingle bool
 	// ownDriver is the driver whose slices are the shape's own (their
 	// bytes per node are reported); "" for none.
 	ownDriver string
@@ -175,7 +182,17 @@ func efakitShape(mode resources.GroupMode, full bool) *shape {
 				panic(err)
 			}
 			return tm.PerNode
-		}}
+		},
+		single: func(it *instanceType) *resourceapi.ResourceClaimTemplate {
+			tms, _ := resources.ClaimTemplates(it.topo, resources.GroupsNone, "")
+			for _, tm := range tms {
+				if tm.Template.Name == "efa-1" {
+					return tm.Template.DeepCopy()
+				}
+			}
+			panic(it.name + ": no efa-1 template")
+		},
+		servesSingle: mode != resources.GroupsExclusive}
 }
 
 // fullAttributes gives a published single EFA its metadata's attributes

@@ -48,6 +48,8 @@ import (
 //	EFAKIT_SCALE_MIX     fleet mix by instance type and weight (p5.48xlarge=1)
 //	EFAKIT_SCALE_SHAPES  shapes (efakit,efakit-mixed,dranet,upstream,plain)
 //	EFAKIT_SCALE_CHURN   after the burst: duration@pods-per-second (60s@5; 0 for none)
+//	EFAKIT_SCALE_SINGLES the share of pods (0 to 1) that take one EFA, not an accelerator with
+//	                     its EFAs, in the efakit shapes (0): what each group mode cannot serve
 //	EFAKIT_SCALE_SCHEDULER_RATE  kube-scheduler's client QPS/burst values, comma-separated ("" or
 //	                             "default" for its own, 50/100)
 //	EFAKIT_SCALE_NODES_TO_SCORE  percentageOfNodesToScore values, comma-separated (0 for the
@@ -67,6 +69,7 @@ type scaleSettings struct {
 	shapes    []*shape
 	churn     time.Duration
 	churnRate float64
+	singles   float64  // the share of pods that take one EFA (efakit shapes)
 	rates     []string // the scheduler's client QPS/burst; "" is its default
 	scores    []int    // percentageOfNodesToScore values; 0 is the scheduler's adaptive default
 	pprof     string
@@ -143,6 +146,11 @@ func scaleSettingsFromEnv(t *testing.T, def scaleSettings, defMix, defShapes str
 			s.scores = append(s.scores, n)
 		}
 	}
+	if v, ok := env("EFAKIT_SCALE_SINGLES"); ok {
+		s.singles, err = strconv.ParseFloat(v, 64)
+		require.NoError(t, err, "EFAKIT_SCALE_SINGLES")
+		require.True(t, s.singles >= 0 && s.singles <= 1, "EFAKIT_SCALE_SINGLES: a share from 0 to 1")
+	}
 	s.pprof, _ = env("EFAKIT_SCALE_PPROF")
 	s.out, _ = env("EFAKIT_SCALE_OUT")
 	return s
@@ -159,7 +167,7 @@ func TestScaleSmoke(t *testing.T) {
 		t.Skip("TestScale runs the sizes asked for")
 	}
 	s := scaleSettingsFromEnv(t, scaleSettings{nodes: []int{12}, rounds: 1, pods: 24, churn: 3 * time.Second, churnRate: 4},
-		"p5.48xlarge=1,p5en.48xlarge=1,p6-b200.48xlarge=1,trn2.48xlarge=1", "efakit,efakit-mixed,dranet,upstream,plain")
+		"p5.48xlarge=1,p5en.48xlarge=1,p6-b200.48xlarge=1,trn2.48xlarge=1", "efakit,efakit-exclusive,efakit-mixed,dranet,upstream,plain")
 	results := runScale(t, s, true)
 	require.Len(t, results, len(s.shapes))
 	// The scheduler from a configuration file (percentageOfNodesToScore,
@@ -171,6 +179,29 @@ func TestScaleSmoke(t *testing.T) {
 	r := runScaleOnce(t, s, newContender(efakit, "100/200", 50), s.nodes[0], 0, true)
 	t.Logf("%s: %.2f pods/s, scheduler %.1f ms/pod", r.Shape, r.PodsPerSecond, r.SchedulerCPUms)
 	results = append(results, r)
+	// A quarter of the pods take one EFA: the default mode serves them,
+	// exclusive mode (groups only) leaves them pending, with the
+	// scheduler's reason.
+	mix := s
+	mix.singles = 0.25
+	mix.shapes = nil
+	for _, name := range []string{"efakit", "efakit-exclusive"} {
+		sh, err := shapeByName(name)
+		require.NoError(t, err)
+		mix.shapes = append(mix.shapes, sh)
+	}
+	for _, r := range runScale(t, mix, true) {
+		assert.Equal(t, 6, r.Singles, "%s: a quarter of 24 pods take one EFA", r.Shape)
+		switch r.Shape {
+		case "efakit":
+			assert.Equal(t, mix.pods, r.Bound, "the default mode serves single EFAs beside GPUs with theirs")
+			assert.Zero(t, r.Unserved)
+		case "efakit-exclusive":
+			assert.Equal(t, 6, r.Unserved, "exclusive mode publishes no single EFA")
+			assert.Equal(t, mix.pods-6, r.Bound)
+			assert.Contains(t, r.UnservedReason, "cannot allocate all claims")
+		}
+	}
 	for _, r := range results {
 		assert.Equal(t, s.pods, r.Bound, "%s: every pod of the burst bound", r.Shape)
 		assert.Positive(t, r.SchedulerCPUms, "%s: the scheduler's CPU read", r.Shape)
@@ -190,7 +221,7 @@ func TestScale(t *testing.T) {
 		t.Skip("set EFAKIT_SCALE_NODES (make scale)")
 	}
 	s := scaleSettingsFromEnv(t, scaleSettings{rounds: 3, pods: 500, churn: 60 * time.Second, churnRate: 5},
-		"p5.48xlarge=1", "efakit,efakit-mixed,dranet,upstream,plain")
+		"p5.48xlarge=1", "efakit,efakit-exclusive,efakit-mixed,dranet,upstream,plain")
 	runScale(t, s, false)
 }
 
@@ -213,6 +244,11 @@ type scaleResult struct {
 	SetupSeconds       float64
 	ChurnPods          int
 	ChurnP50, ChurnP99 float64
+	// Singles are the burst's pods that take one EFA; Unserved those of
+	// them the shape cannot serve, left pending, and UnservedReason what
+	// the scheduler says of one.
+	Singles, Unserved int    `json:",omitempty"`
+	UnservedReason    string `json:",omitempty"`
 }
 
 // runScale runs every size, round and shape, prints the tables and returns
@@ -429,6 +465,33 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 		_, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tm, metav1.CreateOptions{})
 		require.NoError(t, harness.CreateIgnoreExists(err))
 	}
+	// The pods that take one EFA, where the mix asks for them.
+	mix := podMix{share: s.singles, templates: map[string]string{}}
+	if s.singles > 0 && sh.single != nil {
+		for _, e := range s.mix {
+			tm := sh.single(e.it)
+			tm.Name = strings.ReplaceAll(e.it.name, ".", "-") + "-" + tm.Name
+			mix.templates[e.it.name] = tm.Name
+			_, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tm, metav1.CreateOptions{})
+			require.NoError(t, harness.CreateIgnoreExists(err))
+		}
+	}
+	pod := func(name string, i int) *corev1.Pod {
+		if mix.single(i) {
+			return scalePod(name, s.mix.of(i), sh, mix.templates)
+		}
+		return scalePod(name, s.mix.of(i), sh, templates)
+	}
+	servable := 0
+	for i := range s.pods {
+		if !mix.single(i) || sh.servesSingle {
+			servable++
+		}
+		if mix.single(i) {
+			res.Singles++
+		}
+	}
+	res.Unserved = s.pods - servable
 
 	// The burst.
 	w := startBindWatch(t, ctx, client, ns)
@@ -439,13 +502,23 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 	stopProfile := profileScheduler(t, c, s.pprof, fmt.Sprintf("%s-%d-r%d", strings.TrimSuffix(strings.ReplaceAll(ct.name, "@", "-"), "%"), nodes, round+1))
 	first := time.Now()
 	parallel(t, s.pods, 32, func(i int) error {
-		return w.create(ctx, scalePod(fmt.Sprintf("burst-%05d", i), s.mix.of(i), sh, templates))
+		return w.create(ctx, pod(fmt.Sprintf("burst-%05d", i), i))
 	})
-	res.Bound = w.wait(s.pods, burstTimeout(s.pods))
+	res.Bound = w.wait(servable, burstTimeout(servable))
 	stopProfile()
-	if res.Bound < s.pods {
-		t.Fatalf("%s, %d nodes: %d of %d pods bound in %s; %s", ct.name, nodes, res.Bound, s.pods,
-			burstTimeout(s.pods), unboundReason(ctx, client, ns))
+	if res.Bound < servable {
+		t.Fatalf("%s, %d nodes: %d of %d pods bound in %s; %s", ct.name, nodes, res.Bound, servable,
+			burstTimeout(servable), unboundReason(ctx, client, ns))
+	}
+	if res.Unserved > 0 {
+		// The pods the shape cannot serve stay pending, and the
+		// scheduler says why.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			unbound, reason := unboundCount(ctx, client, ns)
+			assert.Equal(c, res.Unserved, unbound, "the pods the shape cannot serve, pending")
+			assert.Contains(c, reason, "cannot allocate all claims")
+			res.UnservedReason = reason
+		}, 2*time.Minute, time.Second)
 	}
 	last := w.lastBound()
 	res.PodsPerSecond = float64(res.Bound) / last.Sub(first).Seconds()
@@ -465,13 +538,15 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 	res.SchedulerRSS = procRSS(t, procOf(c, "kube-scheduler"))
 	res.EtcdBytes = etcdInUse(t, c)
 	if check {
-		checkAllocations(t, ctx, client, ns, devices, s.pods)
+		checkAllocations(t, ctx, client, ns, devices, res.Bound)
 	}
 
 	// Churn: one pod deleted and one created at the rate, the fleet as
 	// full as the burst left it.
 	if s.churn > 0 {
-		res.ChurnPods, res.ChurnP50, res.ChurnP99 = churn(t, ctx, client, w, s, sh, templates)
+		res.ChurnPods, res.ChurnP50, res.ChurnP99 = churn(t, ctx, client, w, s, func(i int) (*corev1.Pod, bool) {
+			return pod(fmt.Sprintf("churn-%05d", i), i), !mix.single(i) || sh.servesSingle
+		})
 	}
 	return res
 }
@@ -510,24 +585,56 @@ func templateOf(it *instanceType, sh *shape, templates map[string]string) (strin
 
 // churn deletes the oldest bound pod and creates a new one at the rate for
 // the duration, and returns how many new pods bound and their latency.
-func churn(t *testing.T, ctx context.Context, client kubernetes.Interface, w *bindWatch, s scaleSettings, sh *shape, templates map[string]string) (int, float64, float64) {
+func churn(t *testing.T, ctx context.Context, client kubernetes.Interface, w *bindWatch, s scaleSettings, pod func(i int) (*corev1.Pod, bool)) (int, float64, float64) {
 	t.Helper()
 	w.resetLatencies()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / s.churnRate))
 	defer tick.Stop()
 	end := time.Now().Add(s.churn)
-	created := 0
+	servable := 0
 	for i := 0; time.Now().Before(end); i++ {
 		<-tick.C
 		if victim := w.oldestBound(); victim != "" {
 			require.NoError(t, client.CoreV1().Pods("scale").Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 		}
-		require.NoError(t, w.create(ctx, scalePod(fmt.Sprintf("churn-%05d", i), s.mix.of(i), sh, templates)))
-		created++
+		p, ok := pod(i)
+		require.NoError(t, w.create(ctx, p))
+		if ok {
+			servable++
+		}
 	}
-	bound := w.wait(created, time.Minute)
+	bound := w.wait(servable, time.Minute)
 	p := percentilesOf(w.latencies())
 	return bound, p.p50.Seconds(), p.p99.Seconds()
+}
+
+// podMix says which pods of a burst take one EFA: share of them, spread
+// evenly (pod i when (i+1)*share reaches a new whole number).
+type podMix struct {
+	share     float64
+	templates map[string]string // instance type -> the single-EFA template
+}
+
+func (m podMix) single(i int) bool {
+	return len(m.templates) > 0 && math.Floor(float64(i+1)*m.share) > math.Floor(float64(i)*m.share)
+}
+
+// unboundCount is how many of the namespace's pods are unbound, and what
+// the scheduler said of one of them.
+func unboundCount(ctx context.Context, client kubernetes.Interface, ns string) (int, string) {
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+	if err != nil {
+		return -1, err.Error()
+	}
+	reason := ""
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				reason = c.Reason + ": " + c.Message
+			}
+		}
+	}
+	return len(pods.Items), reason
 }
 
 // parallel runs f for 0..n-1 on workers goroutines; the first error fails
@@ -758,6 +865,7 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		ratio bool
 	}{
 		{"pods bound/s", func(r scaleResult) float64 { return r.PodsPerSecond }, true},
+		{"pods left pending", func(r scaleResult) float64 { return float64(r.Unserved) }, false},
 		{"latency p50 s", func(r scaleResult) float64 { return r.P50 }, true},
 		{"latency p99 s", func(r scaleResult) float64 { return r.P99 }, true},
 		{"scheduler CPU ms/pod", func(r scaleResult) float64 { return r.SchedulerCPUms }, true},
@@ -776,7 +884,11 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		fmt.Fprintf(&b, " %22s", sh)
 	}
 	b.WriteString("\n")
+	mixed := slices.ContainsFunc(rs, func(r scaleResult) bool { return r.Singles > 0 })
 	for _, m := range metrics {
+		if m.name == "pods left pending" && !mixed {
+			continue
+		}
 		fmt.Fprintf(&b, "%-22s", m.name)
 		for _, sh := range shapes {
 			var v []float64
@@ -788,7 +900,7 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		b.WriteString("\n")
 	}
 	pairs := [][2]string{{"efakit", "upstream"}, {"efakit", "dranet"}, {"efakit", "efakit-full"}, {"efakit-mixed", "efakit"},
-		{"efakit-exclusive", "efakit"}, {"dranet", "upstream"}, {"efakit", "plain"}}
+		{"efakit-exclusive", "efakit"}, {"efakit-exclusive", "upstream"}, {"dranet", "upstream"}, {"efakit", "plain"}}
 	// Each shape with another client rate or percentageOfNodesToScore,
 	// against the shape at the scheduler's defaults.
 	for _, sh := range shapes {
