@@ -21,10 +21,27 @@ import (
 
 const groupsLabel = "efakit.io/groups"
 
+// served is a running Serve: done is closed when it returns err.
+type served struct {
+	done chan struct{}
+	err  error
+}
+
+// stopped waits for Serve to return, at most d, and says whether it did.
+func (s *served) stopped(d time.Duration) bool {
+	select {
+	case <-s.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // serveLabelled starts the plugin on the p5 capture for a Node labelled
 // groupsLabel=value (no label for ""), with --groups=flag and
-// --groups-node-label; it returns the client, the Node and Serve's result.
-func serveLabelled(t *testing.T, value string, flag resources.GroupMode) (*fake.Clientset, *v1.Node, <-chan struct{}, <-chan error) {
+// --groups-node-label; it returns the client, the Node, the plugin's
+// ready channel and its Serve.
+func serveLabelled(t *testing.T, value string, flag resources.GroupMode) (*fake.Clientset, *v1.Node, <-chan struct{}, *served) {
 	t.Helper()
 	client := fake.NewClientset()
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid", Labels: map[string]string{"node.kubernetes.io/instance-type": "p5.48xlarge"}}}
@@ -40,7 +57,7 @@ func serveLabelled(t *testing.T, value string, flag resources.GroupMode) (*fake.
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(proc, "sys/kernel/random/boot_id"), []byte(bootA+"\n"), 0o644))
 	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
+	ready, srv := make(chan struct{}), &served{done: make(chan struct{})}
 	opts := driver.ServeOptions{
 		Config:     resources.Config{NodeName: node, Groups: flag, GroupsNodeLabel: groupsLabel},
 		KubeClient: client,
@@ -48,16 +65,17 @@ func serveLabelled(t *testing.T, value string, flag resources.GroupMode) (*fake.
 			RegistrarDir: filepath.Join(dir, "reg"), PluginsDir: filepath.Join(dir, "plugins")},
 		Ready: ready, Kernel: driver.Kernel{Live: live.Static{Mode: rdmans.Shared}},
 	}
-	go func() { done <- driver.Serve(ctx, opts) }()
+	go func() {
+		srv.err = driver.Serve(ctx, opts)
+		close(srv.done)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
+		if !srv.stopped(30 * time.Second) {
 			t.Error("the plugin did not stop")
 		}
 	})
-	return client, n, ready, done
+	return client, n, ready, srv
 }
 
 // published counts the node's published single EFAs and groups.
@@ -85,11 +103,11 @@ func published(t *testing.T, client *fake.Clientset) (singles, groups int) {
 // the label publishes in --groups.
 func TestGroupModeFromNodeLabel(t *testing.T) {
 	t.Parallel()
-	client, n, ready, done := serveLabelled(t, "exclusive", resources.GroupsNone)
+	client, n, ready, srv := serveLabelled(t, "exclusive", resources.GroupsNone)
 	select {
 	case <-ready:
-	case err := <-done:
-		t.Fatalf("plugin stopped: %v", err)
+	case <-srv.done:
+		t.Fatalf("plugin stopped: %v", srv.err)
 	}
 	require.Eventually(t, func() bool { s, g := published(t, client); return s == 0 && g == 8 }, 10*time.Second, 20*time.Millisecond,
 		"exclusive: 8 groups, no single EFA")
@@ -97,18 +115,14 @@ func TestGroupModeFromNodeLabel(t *testing.T) {
 	n.Labels[groupsLabel] = "none"
 	_, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	select {
-	case err := <-done:
-		assert.EqualError(t, err, "node node-1: label efakit.io/groups now sets group mode none (was exclusive): stopping, to start again in it")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the plugin went on in the mode the label no longer sets")
-	}
+	require.True(t, srv.stopped(10*time.Second), "the plugin went on in the mode the label no longer sets")
+	assert.EqualError(t, srv.err, "node node-1: label efakit.io/groups now sets group mode none (was exclusive): stopping, to start again in it")
 
-	client, _, ready, done = serveLabelled(t, "", resources.GroupsExclusive)
+	client, _, ready, srv = serveLabelled(t, "", resources.GroupsExclusive)
 	select {
 	case <-ready:
-	case err := <-done:
-		t.Fatalf("plugin stopped: %v", err)
+	case <-srv.done:
+		t.Fatalf("plugin stopped: %v", srv.err)
 	}
 	require.Eventually(t, func() bool { s, g := published(t, client); return s == 0 && g == 8 }, 10*time.Second, 20*time.Millisecond,
 		"no label: --groups=exclusive")
@@ -119,13 +133,9 @@ func TestGroupModeFromNodeLabel(t *testing.T) {
 // naming the label and the value.
 func TestGroupModeLabelRefused(t *testing.T) {
 	t.Parallel()
-	client, _, _, done := serveLabelled(t, "Exclusive", resources.GroupsNone)
-	select {
-	case err := <-done:
-		assert.EqualError(t, err, `node node-1: node label efakit.io/groups: unknown group mode "Exclusive" (none, exclusive, mixed)`)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the plugin started in a mode nobody chose")
-	}
+	client, _, _, srv := serveLabelled(t, "Exclusive", resources.GroupsNone)
+	require.True(t, srv.stopped(10*time.Second), "the plugin started in a mode nobody chose")
+	assert.EqualError(t, srv.err, `node node-1: node label efakit.io/groups: unknown group mode "Exclusive" (none, exclusive, mixed)`)
 	s, g := published(t, client)
 	assert.Zero(t, s+g, "nothing published")
 }
