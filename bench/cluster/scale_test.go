@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -519,6 +520,7 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 			assert.Contains(c, reason, "cannot allocate all claims")
 			res.UnservedReason = reason
 		}, 2*time.Minute, time.Second)
+		t.Logf("%s, %d nodes: %d pods left pending; the scheduler says: %s", ct.name, nodes, res.Unserved, res.UnservedReason)
 	}
 	last := w.lastBound()
 	res.PodsPerSecond = float64(res.Bound) / last.Sub(first).Seconds()
@@ -1013,8 +1015,9 @@ func (d *deviceIndex) value(driver, pool, device string, name resourceapi.FullyQ
 	return string(b), true
 }
 
-// checkAllocations checks every claim of the namespace is allocated on one
-// node, with the devices its requests ask, and that the devices of each
+// checkAllocations checks that want claims of the namespace are allocated
+// (the others are of pods the shape cannot serve), each on one node, with
+// the devices its requests ask, and that the devices of each
 // matchAttribute constraint share the attribute, as published.
 func checkAllocations(t *testing.T, ctx context.Context, client kubernetes.Interface, ns string, devices *deviceIndex, want int) {
 	t.Helper()
@@ -1023,7 +1026,9 @@ func checkAllocations(t *testing.T, ctx context.Context, client kubernetes.Inter
 	allocated := 0
 	for _, cl := range claims.Items {
 		a := cl.Status.Allocation
-		if !assert.NotNil(t, a, "claim %s allocated", cl.Name) {
+		if a == nil {
+			// A pod the shape cannot serve (the pod mix); want counts
+			// the others.
 			continue
 		}
 		allocated++
