@@ -1,8 +1,9 @@
 // Command testtimes reads `go test -json` on its standard input and
 // prints what plain `go test` prints (each package's ok or FAIL line, and
 // the output of the tests that fail), then the tests and subtests that
-// took at least -over, slowest first: make e2e pipes its run through it,
-// so that every CI log says where the time went.
+// took at least -over, slowest first, then the last lines of each failing
+// test's output again: make e2e pipes its run through it, so that every
+// CI log says where the time went and, at its end, what failed and why.
 package main
 
 import (
@@ -53,6 +54,7 @@ func main() {
 func run(in io.Reader, out io.Writer, over time.Duration) (bool, error) {
 	pending := map[string][]string{} // a running test's output, by package and test
 	var times []timing
+	var failures []failure
 	failed := false
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<26)
@@ -86,6 +88,9 @@ func run(in io.Reader, out io.Writer, over time.Duration) (bool, error) {
 			if e.Action == "fail" {
 				failed = true
 				fmt.Fprint(out, strings.Join(pending[key], ""))
+				if f, ok := failureOf(e.Test, pending[key]); ok {
+					failures = append(failures, f)
+				}
 			}
 			delete(pending, key)
 			if e.Action != "skip" {
@@ -111,5 +116,39 @@ func run(in io.Reader, out io.Writer, over time.Duration) (bool, error) {
 		}
 		fmt.Fprintf(out, "%8.1fs  %s  %s\n", t.elapsed.Seconds(), t.action, t.name)
 	}
+	if len(failures) > 0 {
+		fmt.Fprintf(out, "\nThe last %d lines of each failing test's output:\n", tailLines)
+		for _, f := range failures {
+			fmt.Fprintf(out, "--- %s\n%s", f.name, strings.Join(f.tail, ""))
+		}
+	}
 	return failed, nil
+}
+
+// tailLines is how much of a failing test's output is printed again at
+// the end, where a log cut to its last lines still shows it.
+const tailLines = 20
+
+// failure is a failing test and the end of its own output.
+type failure struct {
+	name string
+	tail []string
+}
+
+// failureOf is the end of a failing test's output, without go test's
+// progress lines; a test whose output is only those (a parent whose
+// subtests failed) has nothing to repeat.
+func failureOf(name string, lines []string) (failure, bool) {
+	var own []string
+	for _, l := range lines {
+		trimmed := strings.TrimLeft(l, " ")
+		if strings.HasPrefix(trimmed, "=== ") || strings.HasPrefix(trimmed, "--- ") {
+			continue
+		}
+		own = append(own, l)
+	}
+	if len(own) == 0 {
+		return failure{}, false
+	}
+	return failure{name: name, tail: own[max(0, len(own)-tailLines):]}, true
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,5 +31,30 @@ func TestRun(t *testing.T) {
 	failed, err := run(strings.NewReader(in), &out, 30*time.Second)
 	require.NoError(t, err)
 	assert.True(t, failed)
-	assert.Equal(t, "# building\nq/q_test.go:3:1: syntax error\n    slow_test.go:9: it broke\nFAIL\tp\t96.0s\n\nTests that took 30s or more:\n    95.2s  fail  TestSlow\n    40.0s  fail  TestSlow/sub\n", out.String())
+	assert.Equal(t, "# building\nq/q_test.go:3:1: syntax error\n    slow_test.go:9: it broke\nFAIL\tp\t96.0s\n\nTests that took 30s or more:\n    95.2s  fail  TestSlow\n    40.0s  fail  TestSlow/sub\n"+
+		"\nThe last 20 lines of each failing test's output:\n--- TestSlow/sub\n    slow_test.go:9: it broke\n", out.String())
+}
+
+// TestRunRepeatsTheEndOfAFailure: a long failing test's last lines come
+// again after the table, without go test's progress lines.
+func TestRunRepeatsTheEndOfAFailure(t *testing.T) {
+	lines := []string{`{"Action":"output","Package":"p","Test":"TestLong","Output":"=== RUN   TestLong\n"}`}
+	for i := range 30 {
+		lines = append(lines, fmt.Sprintf(`{"Action":"output","Package":"p","Test":"TestLong","Output":"    long_test.go:%d: line %d\n"}`, i, i))
+	}
+	lines = append(lines,
+		`{"Action":"output","Package":"p","Test":"TestLong","Output":"--- FAIL: TestLong (1.00s)\n"}`,
+		`{"Action":"fail","Package":"p","Test":"TestLong","Elapsed":1}`,
+		`{"Action":"fail","Package":"p","Elapsed":1}`)
+	var out strings.Builder
+	failed, err := run(strings.NewReader(strings.Join(lines, "\n")), &out, 30*time.Second)
+	require.NoError(t, err)
+	assert.True(t, failed)
+	_, end, ok := strings.Cut(out.String(), "The last 20 lines of each failing test's output:\n")
+	require.True(t, ok, out.String())
+	want := "--- TestLong\n"
+	for i := 10; i < 30; i++ {
+		want += fmt.Sprintf("    long_test.go:%d: line %d\n", i, i)
+	}
+	assert.Equal(t, want, end)
 }

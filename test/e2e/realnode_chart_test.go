@@ -25,12 +25,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/efakit/efakit/plugin/driver/resources"
 	"github.com/efakit/efakit/test/e2e/harness"
 )
 
 const chartImage = "ghcr.io/efakit/efakit-plugin"
+
+// groupsLabel is the node label TestRealNodeChart gives the chart as
+// groupsNodeLabel.
+const groupsLabel = "efakit.io/groups"
 
 // importPluginImage builds the efakit-plugin image as `make image` does
 // (tools/image) and imports it into the node's containerd as
@@ -116,6 +121,7 @@ cdiRoot: %s
 sysfsHostPath: %s
 metrics: {port: %d}
 hostNetwork: true
+groupsNodeLabel: %s
 extraEnv:
 - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
 - {name: KUBERNETES_SERVICE_PORT, value: %q}
@@ -125,7 +131,7 @@ affinity:
       nodeSelectorTerms:
       - matchExpressions:
         - {key: kubernetes.io/hostname, operator: In, values: [%s]}
-`, chartImage, pluginsDir, filepath.Join(n.Kubelet, "plugins_registry"), filepath.Join(n.Kubelet, "pod-resources"), n.CDI, sysDir, port, apiPort, n.Name)
+`, chartImage, pluginsDir, filepath.Join(n.Kubelet, "plugins_registry"), filepath.Join(n.Kubelet, "pod-resources"), n.CDI, sysDir, port, groupsLabel, apiPort, n.Name)
 	valuesFile := filepath.Join(n.Dir, "values.yaml")
 	require.NoError(t, os.WriteFile(valuesFile, []byte(values), 0o644))
 	var objs []runtime.Object
@@ -224,6 +230,45 @@ affinity:
 	assert.Contains(t, string(logs), `"Prepared claim"`, "the plugin pod prepared the claim")
 	_, err = os.Stat(filepath.Join(pluginsDir, "dra.net", "checkpoint.json"))
 	assert.NoError(t, err, "the checkpoint, in the driver's directory on the host")
+
+	// groupsNodeLabel: the node had no such label, so the default mode;
+	// labelled exclusive, the plugin stops, the kubelet starts its
+	// container again, and it publishes the node's EFA groups (one per
+	// PCIe root), which pass the admission policy with the pod's token.
+	cfg := resources.Config{DriverName: resources.DefaultDriverName, NodeName: n.Name, Groups: resources.GroupsExclusive}
+	pool, err := resources.Published(harness.ScanFixture(t, p5Fixture), cfg)
+	require.NoError(t, err)
+	groups := 0
+	for _, s := range resources.Slices(pool, cfg) {
+		groups += len(s.Spec.Devices)
+	}
+	require.Positive(t, groups)
+	restarts := cs.RestartCount
+	label := func(value string) {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, groupsLabel, value)
+		_, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	label(`"exclusive"`)
+	t.Cleanup(func() { label("null") })
+	harness.Eventually(t, func() bool {
+		devs := n.PublishedEFAs(t)
+		for _, d := range devs {
+			if k := d.Attributes[resources.AttrKind].StringValue; k == nil || *k != resources.KindGroup {
+				return false
+			}
+		}
+		return len(devs) == groups
+	}, 120*time.Second, 500*time.Millisecond, func() string {
+		return fmt.Sprintf("%d dra.net devices published, not the %d groups; kubelet:\n%s", len(n.PublishedEFAs(t)), groups, n.LogTail("kubelet", 3000))
+	})
+	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, p.Status.ContainerStatuses, 1)
+	assert.Equal(t, restarts+1, p.Status.ContainerStatuses[0].RestartCount, "the plugin restarted once, in the labelled mode")
+	logs, err = c.Client.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Previous: true}).DoRaw(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, string(logs), groupsLabel, "the stopped plugin's log names the label that changed")
 
 	// Uninstalled: the DaemonSet goes, and its pod (which the garbage
 	// collector, not run here, would delete) stops on SIGTERM well within

@@ -9,6 +9,7 @@
 //	efakit deviceclasses [-o json|yaml]
 //	efakit snapshot [--sysfs PATH] -o FILE
 //	efakit doctor [--sysfs PATH] [--dev DIR] [--node NAME] [-o text|json]
+//	efakit explain --pod NAMESPACE/NAME [--kubeconfig FILE]
 //	efakit version
 //	efakit help [COMMAND]
 //
@@ -66,6 +67,8 @@ func commands() []command {
 			run: cmdSnapshot},
 		{name: "doctor", about: "check what makes EFAs work here, on a node or in a pod",
 			flags: "--sysfs PATH, --dev DIR, --node NAME, -o text|json", run: cmdDoctor, help: doctorHelp},
+		{name: "explain", about: "why a pod with EFA claims is pending: what the nodes it may run on publish",
+			flags: "--pod NAMESPACE/NAME, --kubeconfig FILE", run: cmdExplain, help: explainHelp},
 		{name: "version", about: "print the version", run: cmdVersion},
 		{name: "help", about: "this text, or a command's flags (efakit help COMMAND)", run: cmdHelp},
 	}
