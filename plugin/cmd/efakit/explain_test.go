@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -40,6 +42,9 @@ type explainServer struct {
 	*httptest.Server
 	mu   sync.Mutex
 	seen []string
+	// answers, when not nil, keeps each answer by URL and serves it again
+	// without encoding it: a benchmark then times the client alone.
+	answers map[string][]byte
 }
 
 func page[T any](w http.ResponseWriter, r *http.Request, items []T, list func(items []T, cont string) any) {
@@ -56,7 +61,7 @@ func page[T any](w http.ResponseWriter, r *http.Request, items []T, list func(it
 	_ = json.NewEncoder(w).Encode(list(items[from:to], cont))
 }
 
-func newExplainServer(t *testing.T, st *clusterState) *explainServer {
+func newExplainServer(t testing.TB, st *clusterState) *explainServer {
 	s := &explainServer{}
 	mux := http.NewServeMux()
 	notFound := func(w http.ResponseWriter, what string) {
@@ -128,29 +133,49 @@ func newExplainServer(t *testing.T, st *clusterState) *explainServer {
 	s.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.seen = append(s.seen, r.URL.Path+"?"+r.URL.RawQuery)
+		answer, kept := s.answers[r.URL.String()]
 		s.mu.Unlock()
-		mux.ServeHTTP(w, r)
+		if kept {
+			_, _ = w.Write(answer)
+			return
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, r)
+		s.mu.Lock()
+		if s.answers != nil && rec.Code == http.StatusOK {
+			s.answers[r.URL.String()] = rec.Body.Bytes()
+		}
+		s.mu.Unlock()
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
 	}))
 	t.Cleanup(s.Close)
 	return s
 }
 
-// explainCLI runs efakit explain against the server for a pod.
-func (s *explainServer) explainCLI(t *testing.T, pod string) (int, string, string) {
-	t.Helper()
+// kubeconfig is a kubeconfig file for the server.
+func (s *explainServer) kubeconfig(tb testing.TB) string {
+	tb.Helper()
 	ca := base64.StdEncoding.EncodeToString(s.Certificate().Raw)
 	ca = base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "-----BEGIN CERTIFICATE-----\n%s\n-----END CERTIFICATE-----\n", ca))
-	kc := writeFile(t, filepath.Join(t.TempDir(), "config"), fmt.Sprintf(`current-context: x
+	path := filepath.Join(tb.TempDir(), "config")
+	require.NoError(tb, os.WriteFile(path, fmt.Appendf(nil, `current-context: x
 contexts: [{name: x, context: {cluster: c, user: u}}]
 clusters: [{name: c, cluster: {server: %q, certificate-authority-data: %q}}]
 users: [{name: u, user: {token: t}}]
-`, s.URL, ca))
-	return runCLI("explain", "--pod", pod, "--kubeconfig", kc)
+`, s.URL, ca), 0o600))
+	return path
+}
+
+// explainCLI runs efakit explain against the server for a pod.
+func (s *explainServer) explainCLI(t *testing.T, pod string) (int, string, string) {
+	t.Helper()
+	return runCLI("explain", "--pod", pod, "--kubeconfig", s.kubeconfig(t))
 }
 
 // p5Node is a p5.48xlarge node with labels, and the slices efakit's
 // plugin publishes for it in mode, built by the function the plugin uses.
-func p5Node(t *testing.T, name string, mode resources.GroupMode, labels map[string]string) (corev1.Node, []resourceapi.ResourceSlice) {
+func p5Node(t testing.TB, name string, mode resources.GroupMode, labels map[string]string) (corev1.Node, []resourceapi.ResourceSlice) {
 	t.Helper()
 	r, err := sysfs.Open("../../../testdata/sysfs/p5.48xlarge.sysfs")
 	require.NoError(t, err)
@@ -400,5 +425,41 @@ func TestPodNodeFilter(t *testing.T) {
 		{"matchFields other", affinity(corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n2"}}}}), false},
 	} {
 		assert.Equal(t, c.want, podNodeFilter(c.pod, node), c.name)
+	}
+}
+
+// BenchmarkExplain: efakit explain of a pod pending on a fleet of p5
+// nodes in exclusive mode (8 group devices each) beside as many in the
+// default mode (32 EFAs each), the answers kept so that the client's
+// reads, decoding and judgement are timed, TLS included. One op is one
+// explain; -benchmem gives its allocations.
+func BenchmarkExplain(b *testing.B) {
+	for _, nodes := range []int{500, 2000} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			st := &clusterState{classes: resources.DeviceClasses(resources.ClassOptions{})}
+			for i := range nodes {
+				mode, label := resources.GroupsExclusive, "exclusive"
+				if i%2 == 1 {
+					mode, label = resources.GroupsNone, "none"
+				}
+				node, slices := p5Node(b, fmt.Sprintf("node-%05d", i), mode, map[string]string{"efakit.io/groups": label})
+				st.nodes = append(st.nodes, node)
+				st.slices = append(st.slices, slices...)
+			}
+			st.templates = append(st.templates, template("one-efa", efaRequest("efa", resources.DefaultDeviceClass, 1)))
+			st.pods = append(st.pods, pendingPod("trainer", "one-efa", map[string]string{"efakit.io/groups": "exclusive"}))
+			srv := newExplainServer(b, st)
+			srv.answers = map[string][]byte{}
+			api, err := apiFromKubeconfig(context.Background(), srv.kubeconfig(b), "efakit-bench")
+			require.NoError(b, err)
+			e, err := explainPod(context.Background(), api, "ml", "trainer", resources.DefaultDriverName)
+			require.NoError(b, err)
+			require.False(b, e.served)
+			for b.Loop() {
+				if _, err := explainPod(context.Background(), api, "ml", "trainer", resources.DefaultDriverName); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
