@@ -201,6 +201,8 @@ func TestScaleSmoke(t *testing.T) {
 			assert.Equal(t, 6, r.Unserved, "exclusive mode publishes no single EFA")
 			assert.Equal(t, mix.pods-6, r.Bound)
 			assert.Contains(t, r.UnservedReason, "cannot allocate all claims")
+			assert.Positive(t, r.ExplainSeconds, "efakit explain ran on a pending pod")
+			assert.Positive(t, r.ExplainRSS)
 		}
 	}
 	for _, r := range results {
@@ -250,6 +252,10 @@ type scaleResult struct {
 	// the scheduler says of one.
 	Singles, Unserved int    `json:",omitempty"`
 	UnservedReason    string `json:",omitempty"`
+	// ExplainSeconds and ExplainRSS are what efakit explain of one pod
+	// left pending took: wall time and the process's peak RSS (bytes).
+	ExplainSeconds float64 `json:",omitempty"`
+	ExplainRSS     int64   `json:",omitempty"`
 }
 
 // runScale runs every size, round and shape, prints the tables and returns
@@ -511,14 +517,15 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 		t.Fatalf("%s, %d nodes: %d of %d pods bound in %s; %s", ct.name, nodes, res.Bound, servable,
 			burstTimeout(servable), unboundReason(ctx, client, ns))
 	}
+	pending := ""
 	if res.Unserved > 0 {
 		// The pods the shape cannot serve stay pending, and the
 		// scheduler says why.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			unbound, reason := unboundCount(ctx, client, ns)
+			unbound, reason, name := unboundCount(ctx, client, ns)
 			assert.Equal(c, res.Unserved, unbound, "the pods the shape cannot serve, pending")
 			assert.Contains(c, reason, "cannot allocate all claims")
-			res.UnservedReason = reason
+			res.UnservedReason, pending = reason, name
 		}, 2*time.Minute, time.Second)
 		t.Logf("%s, %d nodes: %d pods left pending; the scheduler says: %s", ct.name, nodes, res.Unserved, res.UnservedReason)
 	}
@@ -541,6 +548,11 @@ func runScaleOnce(t *testing.T, s scaleSettings, ct contender, nodes, round int,
 	res.EtcdBytes = etcdInUse(t, c)
 	if check {
 		checkAllocations(t, ctx, client, ns, devices, res.Bound)
+	}
+	if pending != "" {
+		// What efakit explain of one costs on this fleet, after the
+		// burst's readings (it lists every node, slice and claim).
+		res.ExplainSeconds, res.ExplainRSS = explainPending(t, c, ns+"/"+pending)
 	}
 
 	// Churn: one pod deleted and one created at the rate, the fleet as
@@ -621,22 +633,22 @@ func (m podMix) single(i int) bool {
 	return len(m.templates) > 0 && math.Floor(float64(i+1)*m.share) > math.Floor(float64(i)*m.share)
 }
 
-// unboundCount is how many of the namespace's pods are unbound, and what
-// the scheduler said of one of them.
-func unboundCount(ctx context.Context, client kubernetes.Interface, ns string) (int, string) {
+// unboundCount is how many of the namespace's pods are unbound, what the
+// scheduler said of one of them, and that pod's name.
+func unboundCount(ctx context.Context, client kubernetes.Interface, ns string) (int, string, string) {
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
 	if err != nil {
-		return -1, err.Error()
+		return -1, err.Error(), ""
 	}
-	reason := ""
+	reason, name := "", ""
 	for _, p := range pods.Items {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-				reason = c.Reason + ": " + c.Message
+				reason, name = c.Reason+": "+c.Message, p.Name
 			}
 		}
 	}
-	return len(pods.Items), reason
+	return len(pods.Items), reason, name
 }
 
 // parallel runs f for 0..n-1 on workers goroutines; the first error fails
@@ -880,6 +892,8 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 		{"fleet set-up s", func(r scaleResult) float64 { return r.SetupSeconds }, false},
 		{"churn p50 s", func(r scaleResult) float64 { return churned(r, r.ChurnP50) }, false},
 		{"churn p99 s", func(r scaleResult) float64 { return churned(r, r.ChurnP99) }, false},
+		{"explain s", func(r scaleResult) float64 { return explained(r, r.ExplainSeconds) }, false},
+		{"explain RSS MiB", func(r scaleResult) float64 { return explained(r, float64(r.ExplainRSS)/(1<<20)) }, false},
 	}
 	fmt.Fprintf(&b, "%-22s", "")
 	for _, sh := range shapes {
@@ -888,7 +902,7 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 	b.WriteString("\n")
 	mixed := slices.ContainsFunc(rs, func(r scaleResult) bool { return r.Singles > 0 })
 	for _, m := range metrics {
-		if m.name == "pods left pending" && !mixed {
+		if (m.name == "pods left pending" || strings.HasPrefix(m.name, "explain ")) && !mixed {
 			continue
 		}
 		fmt.Fprintf(&b, "%-22s", m.name)
@@ -939,6 +953,14 @@ func scaleTable(rs []scaleResult, s scaleSettings) string {
 }
 
 // churned is a churn figure, NaN (shown "-") where no churn ran.
+// explained is v where efakit explain ran, NaN (printed "-") elsewhere.
+func explained(r scaleResult, v float64) float64 {
+	if r.ExplainSeconds == 0 {
+		return math.NaN()
+	}
+	return v
+}
+
 func churned(r scaleResult, v float64) float64 {
 	if r.ChurnPods == 0 {
 		return math.NaN()
