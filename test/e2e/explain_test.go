@@ -84,7 +84,7 @@ func TestExplainMismatchedClaim(t *testing.T) {
 	assert.Contains(t, text, "pod default/explain-on-exclusive is pending.\nthe scheduler says: "+reason+"\n")
 	assert.Contains(t, text, "claim \"efa\" (ResourceClaim default/explain-on-exclusive):\n  request \"efa\": 1 single EFA (class efa.networking.k8s.aws)\n")
 	assert.Contains(t, text, "  1 node in exclusive mode (EFA groups only): explain-exclusive\n    cannot serve request \"efa\": the node publishes no single EFA\n")
-	assert.Contains(t, text, "fix: if these nodes publish EFA groups only (--groups=exclusive), ask for groups (class efa-group.networking.k8s.aws")
+	assert.Contains(t, text, "fix: these nodes publish EFA groups only (--groups=exclusive): ask for groups (class efa-group.networking.k8s.aws")
 
 	require.Eventually(t, func() bool {
 		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "explain-on-default", metav1.GetOptions{})

@@ -1,10 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -121,102 +122,48 @@ func (n nodeDevices) mode() string {
 	case singles > 0:
 		return "the default mode (single EFAs only)"
 	}
-	return "no EFA published (no efakit plugin, or no EFA)"
+	return modeNone
 }
 
-// verdict is what a node says of one alternative: "" when it can serve it
-// by kind and count.
-func (n nodeDevices) verdict(a asked) string {
+// modeNone is the mode of a node that publishes no efakit device.
+const modeNone = "no EFA published (no efakit plugin, or no EFA)"
+
+// Why a node cannot serve a request.
+type cause int
+
+const (
+	causeNone         cause = iota
+	causeNotPublished       // no device of the kind
+	causeTooFew             // fewer devices than asked
+	causeHeld               // enough devices, not enough free
+)
+
+// verdict is what a node says of one alternative: causeNone when it can
+// serve it by kind and count, else why, in words.
+func (n nodeDevices) verdict(a asked) (cause, string) {
 	if a.kind == kindOther {
-		return ""
+		return causeNone, ""
 	}
 	pub, free := n.published[a.kind], n.published[a.kind]-n.allocated[a.kind]
 	switch {
 	case pub == 0:
-		return "publishes no " + a.kind.String()
+		return causeNotPublished, "publishes no " + a.kind.String()
 	case a.all && free < pub:
-		return fmt.Sprintf("has %d of its %d %ss free, every one asked", free, pub, a.kind)
+		return causeHeld, fmt.Sprintf("has %d of its %d %ss free, every one asked", free, pub, a.kind)
 	case a.all:
-		return ""
+		return causeNone, ""
 	case a.count > int64(pub):
-		return fmt.Sprintf("publishes %d %ss, %d asked", pub, a.kind, a.count)
-	case free == 0 || a.count > int64(free):
-		return fmt.Sprintf("has %d of its %d %ss free, the rest allocated to other claims", free, pub, a.kind)
+		return causeTooFew, fmt.Sprintf("publishes %d %ss, %d asked", pub, a.kind, a.count)
+	case a.count > int64(free):
+		return causeHeld, fmt.Sprintf("has %d of its %d %ss free, the rest allocated to other claims", free, pub, a.kind)
 	}
-	return ""
+	return causeNone, ""
 }
 
 // explanation is the answer of efakit explain.
 type explanation struct {
 	lines  []string
 	served bool // the pod is bound, or some node it may run on can serve its EFA requests
-}
-
-// podNodeFilter is whether the pod may run on a node by its node selector
-// and required node affinity.
-func podNodeFilter(pod *corev1.Pod, n *corev1.Node) bool {
-	for k, v := range pod.Spec.NodeSelector {
-		if n.Labels[k] != v {
-			return false
-		}
-	}
-	a := pod.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return true
-	}
-	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		if termMatches(term, n) {
-			return true
-		}
-	}
-	return false
-}
-
-// termMatches is a node selector term as the scheduler reads it: every
-// expression holds; a term with none matches no node.
-func termMatches(term corev1.NodeSelectorTerm, n *corev1.Node) bool {
-	if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
-		return false
-	}
-	for _, r := range term.MatchExpressions {
-		v, ok := n.Labels[r.Key]
-		if !requirementHolds(r, v, ok) {
-			return false
-		}
-	}
-	for _, r := range term.MatchFields {
-		if r.Key != "metadata.name" || !requirementHolds(r, n.Name, true) {
-			return false
-		}
-	}
-	return true
-}
-
-func requirementHolds(r corev1.NodeSelectorRequirement, v string, ok bool) bool {
-	switch r.Operator {
-	case corev1.NodeSelectorOpIn:
-		return ok && slices.Contains(r.Values, v)
-	case corev1.NodeSelectorOpNotIn:
-		return !ok || !slices.Contains(r.Values, v)
-	case corev1.NodeSelectorOpExists:
-		return ok
-	case corev1.NodeSelectorOpDoesNotExist:
-		return !ok
-	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
-		if !ok || len(r.Values) != 1 {
-			return false
-		}
-		got, err1 := strconv.ParseInt(v, 10, 64)
-		want, err2 := strconv.ParseInt(r.Values[0], 10, 64)
-		if err1 != nil || err2 != nil {
-			return false
-		}
-		if r.Operator == corev1.NodeSelectorOpGt {
-			return got > want
-		}
-		return got < want
-	}
-	return false
 }
 
 // explain says why a pod with efakit claims is pending: the nodes it may
@@ -273,6 +220,14 @@ func explain(pod *corev1.Pod, claims []podClaim, nodes []corev1.Node, devices ma
 		nodes    []string
 	}
 	groups := map[string]*group{}
+	// What the fix depends on: the causes seen, by the kind asked and the
+	// mode of the nodes that could not serve it.
+	type seen struct {
+		cause cause
+		kind  deviceKind
+		mode  string
+	}
+	causes := map[seen]bool{}
 	candidates, serving := 0, 0
 	for i := range nodes {
 		n := &nodes[i]
@@ -282,23 +237,43 @@ func explain(pod *corev1.Pod, claims []podClaim, nodes []corev1.Node, devices ma
 		candidates++
 		d := devices[n.Name]
 		var problems []string
-		serves := true
+		var found []seen
+		// Each request alone, then the single-choice requests of a kind
+		// together.
+		total, free := map[deviceKind]int64{}, map[deviceKind]int64{}
 		for _, c := range claims {
 			for _, nd := range c.needs {
 				var why []string
+				var these []seen
 				for _, a := range nd.alternatives {
-					if v := d.verdict(a); v != "" {
+					if cs, v := d.verdict(a); cs != causeNone {
 						why = append(why, fmt.Sprintf("request %q: the node %s", a.name, v))
+						these = append(these, seen{cs, a.kind, d.mode()})
 					}
 				}
 				if len(why) == len(nd.alternatives) {
-					serves = false
 					problems = append(problems, why...)
+					found = append(found, these...)
+				}
+				if a := nd.alternatives[0]; len(nd.alternatives) == 1 && a.kind != kindOther && !a.all {
+					total[a.kind] += a.count
+					free[a.kind] = int64(d.published[a.kind] - d.allocated[a.kind])
 				}
 			}
 		}
-		if serves {
+		if len(problems) == 0 {
+			for _, k := range []deviceKind{kindSingle, kindGroup} {
+				if total[k] > free[k] {
+					problems = append(problems, fmt.Sprintf("the requests together: %d %ss asked, the node has %d free", total[k], k, free[k]))
+					found = append(found, seen{causeHeld, k, d.mode()})
+				}
+			}
+		}
+		if len(problems) == 0 {
 			serving++
+		}
+		for _, f := range found {
+			causes[f] = true
 		}
 		key := d.mode() + "\x00" + strings.Join(problems, "\x00")
 		g := groups[key]
@@ -324,7 +299,6 @@ func explain(pod *corev1.Pod, claims []podClaim, nodes []corev1.Node, devices ma
 		}
 		return keys[i] < keys[j]
 	})
-	kinds := map[deviceKind]bool{}
 	for _, k := range keys {
 		g := groups[k]
 		add("  %s in %s: %s", plural(len(g.nodes), "node"), g.mode, nodeList(g.nodes))
@@ -335,24 +309,36 @@ func explain(pod *corev1.Pod, claims []podClaim, nodes []corev1.Node, devices ma
 			add("    cannot serve %s", p)
 		}
 	}
-	for _, c := range claims {
-		for _, nd := range c.needs {
-			for _, a := range nd.alternatives {
-				kinds[a.kind] = true
-			}
-		}
-	}
 	if serving > 0 {
 		e.served = true
 		add("efakit finds %s the pod may run on with the EFAs its claims ask; what keeps it pending is in the scheduler's message (other devices, constraints, resources, taints).", plural(serving, "node"))
 		return e
 	}
 	add("why: no node the pod may run on can serve its EFA requests.")
-	switch {
-	case kinds[kindSingle] && !kinds[kindGroup]:
-		add("fix: if these nodes publish EFA groups only (--groups=exclusive), ask for groups (class %s; efakit claims --groups exclusive prints templates), or run the pod on nodes in the default or mixed mode.", resources.DefaultGroupDeviceClass)
-	case kinds[kindGroup] && !kinds[kindSingle]:
-		add("fix: if these nodes publish single EFAs only (the default mode), ask for single EFAs (class %s; efakit claims prints templates), or run the pod on nodes in exclusive or mixed mode.", resources.DefaultDeviceClass)
+	var fixes []string
+	fix := func(f string) {
+		if !slices.Contains(fixes, f) {
+			fixes = append(fixes, f)
+		}
+	}
+	for _, sn := range slices.SortedFunc(maps.Keys(causes), func(a, b seen) int {
+		return cmp.Or(cmp.Compare(a.cause, b.cause), cmp.Compare(a.kind, b.kind), strings.Compare(a.mode, b.mode))
+	}) {
+		switch {
+		case sn.cause == causeNotPublished && sn.mode == modeNone:
+			fix("these nodes publish no efakit device: is the plugin running there? (kubectl get resourceslices --field-selector spec.driver=dra.net,spec.nodeName=NODE)")
+		case sn.cause == causeNotPublished && sn.kind == kindSingle:
+			fix(fmt.Sprintf("these nodes publish EFA groups only (--groups=exclusive): ask for groups (class %s; efakit claims --groups exclusive prints templates), or run the pod on nodes in the default or mixed mode.", resources.DefaultGroupDeviceClass))
+		case sn.cause == causeNotPublished && sn.kind == kindGroup:
+			fix(fmt.Sprintf("these nodes publish single EFAs only (the default mode): ask for single EFAs (class %s; efakit claims prints templates), or run the pod on nodes in exclusive or mixed mode.", resources.DefaultDeviceClass))
+		case sn.cause == causeTooFew:
+			fix("ask for no more than a node has (efakit claims --sysfs CAPTURE prints counts that fit).")
+		case sn.cause == causeHeld:
+			fix("other claims hold the EFAs: the pod runs once they are released, or on more nodes.")
+		}
+	}
+	for _, f := range fixes {
+		add("fix: %s", f)
 	}
 	return e
 }

@@ -256,7 +256,7 @@ nodes the pod may run on (its node selector and required node affinity): 2 of 3
   2 nodes in exclusive mode (EFA groups only): excl-a, excl-b
     cannot serve request "efa": the node publishes no single EFA
 why: no node the pod may run on can serve its EFA requests.
-fix: if these nodes publish EFA groups only (--groups=exclusive), ask for groups (class efa-group.networking.k8s.aws; efakit claims --groups exclusive prints templates), or run the pod on nodes in the default or mixed mode.
+fix: these nodes publish EFA groups only (--groups=exclusive): ask for groups (class efa-group.networking.k8s.aws; efakit claims --groups exclusive prints templates), or run the pod on nodes in the default or mixed mode.
 `, out)
 
 	code, out, errOut = srv.explainCLI(t, "ml/on-default")
@@ -302,15 +302,17 @@ func TestExplainCounts(t *testing.T) {
 	code, out, _ := srv.explainCLI(t, "ml/group")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, `cannot serve request "efas": the node publishes no EFA group`)
-	assert.Contains(t, out, "fix: if these nodes publish single EFAs only (the default mode), ask for single EFAs (class efa.networking.k8s.aws")
+	assert.Contains(t, out, "fix: these nodes publish single EFAs only (the default mode): ask for single EFAs (class efa.networking.k8s.aws")
 
 	code, out, _ = srv.explainCLI(t, "ml/many")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, `cannot serve request "efas": the node publishes 32 single EFAs, 33 asked`)
+	assert.Contains(t, out, "fix: ask for no more than a node has (efakit claims --sysfs CAPTURE prints counts that fit).\n")
 
 	code, out, _ = srv.explainCLI(t, "ml/eight")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, `cannot serve request "efas": the node has 2 of its 32 single EFAs free, the rest allocated to other claims`)
+	assert.Contains(t, out, "fix: other claims hold the EFAs: the pod runs once they are released, or on more nodes.\n")
 
 	code, out, _ = srv.explainCLI(t, "ml/either")
 	assert.Equal(t, 0, code, out)
@@ -323,6 +325,30 @@ func TestExplainCounts(t *testing.T) {
 		continued = continued || strings.Contains(r, "continue=")
 	}
 	assert.False(t, continued, "three nodes fit one page of 500")
+}
+
+// TestExplainClaimsTogether: two claims that each fit a node's free EFAs
+// but not both at once; nodes where no efakit plugin publishes.
+func TestExplainClaimsTogether(t *testing.T) {
+	t.Parallel()
+	st := fleet(t)
+	st.nodes = append(st.nodes, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare", Labels: map[string]string{"efakit.io/groups": "bare"}}})
+	st.templates = append(st.templates, template("twenty", efaRequest("efas", resources.DefaultDeviceClass, 20)))
+	two := pendingPod("two", "twenty", map[string]string{"efakit.io/groups": "none"})
+	tn := "twenty"
+	two.Spec.ResourceClaims = append(two.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "more", ResourceClaimTemplateName: &tn})
+	st.pods = append(st.pods, two, pendingPod("bare", "twenty", map[string]string{"efakit.io/groups": "bare"}))
+	srv := newExplainServer(t, st)
+
+	code, out, _ := srv.explainCLI(t, "ml/two")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "  1 node in the default mode (single EFAs only): dflt-a\n    cannot serve the requests together: 40 single EFAs asked, the node has 32 free\n")
+
+	code, out, _ = srv.explainCLI(t, "ml/bare")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "  1 node in no EFA published (no efakit plugin, or no EFA): bare\n    cannot serve request \"efas\": the node publishes no single EFA\n")
+	assert.Contains(t, out, "fix: these nodes publish no efakit device: is the plugin running there?")
+	assert.NotContains(t, out, "groups only", "a node without devices is no node in exclusive mode")
 }
 
 // TestExplainReadsEveryPage: a list longer than a page is read to its end.
