@@ -18,37 +18,33 @@ import (
 	"github.com/efakit/efakit/test/e2e/harness"
 )
 
-// The efakit command, built once for the test binary as the image builds
-// it (static, -trimpath, -s -w), and the small command that starts it and
-// prints its peak RSS (a child's maxrss starts from the peak of the
-// process that started it, and this test's is large).
+// maxrss starts a command and prints its peak RSS: a child's maxrss
+// starts from the peak of the process that started it, and this test's
+// is large. Built once for the test binary.
 var (
-	cliOnce           sync.Once
-	cliBin, maxrssBin string
-	cliErr            error
+	maxrssOnce sync.Once
+	maxrssBin  string
+	maxrssErr  error
 )
 
-func efakitCLI(t *testing.T) (string, string) {
+func maxrssHelper(t *testing.T) string {
 	t.Helper()
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "efakit-cli")
+	maxrssOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "efakit-maxrss")
 		if err != nil {
-			cliErr = err
+			maxrssErr = err
 			return
 		}
-		cliBin, maxrssBin = filepath.Join(dir, "efakit"), filepath.Join(dir, "maxrss")
-		for out, pkg := range map[string]string{cliBin: "./cmd/efakit", maxrssBin: "./cmd/efakit/testdata/maxrss"} {
-			b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
-			b.Dir = filepath.Join(harness.Root, "plugin")
-			b.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if o, err := b.CombinedOutput(); err != nil {
-				cliErr = errors.New("go build " + pkg + ": " + err.Error() + "\n" + string(o))
-				return
-			}
+		maxrssBin = filepath.Join(dir, "maxrss")
+		b := exec.Command("go", "build", "-o", maxrssBin, "./cmd/efakit/testdata/maxrss")
+		b.Dir = filepath.Join(harness.Root, "plugin")
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if o, err := b.CombinedOutput(); err != nil {
+			maxrssErr = errors.New("go build maxrss: " + err.Error() + "\n" + string(o))
 		}
 	})
-	require.NoError(t, cliErr)
-	return cliBin, maxrssBin
+	require.NoError(t, maxrssErr)
+	return maxrssBin
 }
 
 // explainPending runs efakit explain on a pod the shape left pending, as
@@ -57,12 +53,13 @@ func efakitCLI(t *testing.T) (string, string) {
 // why.
 func explainPending(t *testing.T, c *harness.ControlPlane, pod string) (float64, int64) {
 	t.Helper()
-	cli, maxrss := efakitCLI(t)
-	cmd := exec.Command(maxrss, cli, "explain", "--pod", pod, "--kubeconfig", filepath.Join(c.Dir, "admin.kubeconfig"))
+	cli, err := harness.CLIBinary()
+	require.NoError(t, err)
+	cmd := exec.Command(maxrssHelper(t), cli, "explain", "--pod", pod, "--kubeconfig", filepath.Join(c.Dir, "admin.kubeconfig"))
 	var kib, out bytes.Buffer // maxrss prints the peak, the command's output on its stderr
 	cmd.Stdout, cmd.Stderr = &kib, &out
 	start := time.Now()
-	err := cmd.Run()
+	err = cmd.Run()
 	took := time.Since(start)
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "efakit explain %s: %s", pod, out.String())

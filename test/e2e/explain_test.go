@@ -34,11 +34,8 @@ func TestExplainMismatchedClaim(t *testing.T) {
 	excl.Slices(4) // four roots, a group each
 	dflt.Slices(16)
 
-	bin := filepath.Join(t.TempDir(), "efakit")
-	b := exec.Command("go", "build", "-o", bin, "./cmd/efakit")
-	b.Dir = filepath.Join(harness.Root, "plugin")
-	out, err := b.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/efakit: %s", out)
+	bin, err := harness.CLIBinary()
+	require.NoError(t, err)
 	kubeconfig := filepath.Join(c.Dir, "admin.kubeconfig")
 	explain := func(pod string) (int, string) {
 		cmd := exec.Command(bin, "explain", "--pod", "default/"+pod, "--kubeconfig", kubeconfig)

@@ -285,6 +285,32 @@ func PluginBinary() (string, error) {
 	return pluginBin, pluginErr
 }
 
+var (
+	cliOnce sync.Once
+	cliBin  string
+	cliErr  error
+)
+
+// CLIBinary builds plugin/cmd/efakit once for the test binary, as the
+// image builds it (static, -trimpath, -s -w), and returns its path.
+func CLIBinary() (string, error) {
+	cliOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "efakit-cli-bin")
+		if err != nil {
+			cliErr = err
+			return
+		}
+		cliBin = filepath.Join(dir, "efakit")
+		b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", cliBin, "./cmd/efakit")
+		b.Dir = filepath.Join(Root, "plugin")
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			cliErr = fmt.Errorf("go build efakit: %v\n%s", err, out)
+		}
+	})
+	return cliBin, cliErr
+}
+
 // Start runs the efakit-plugin binary with the flags the DaemonSet gives
 // it (and a kubeconfig), then registers it as the kubelet does and waits
 // for its /readyz.
