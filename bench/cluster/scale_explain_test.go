@@ -2,13 +2,10 @@ package cluster
 
 import (
 	"bytes"
-	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,35 +15,6 @@ import (
 	"github.com/efakit/efakit/test/e2e/harness"
 )
 
-// maxrss starts a command and prints its peak RSS: a child's maxrss
-// starts from the peak of the process that started it, and this test's
-// is large. Built once for the test binary.
-var (
-	maxrssOnce sync.Once
-	maxrssBin  string
-	maxrssErr  error
-)
-
-func maxrssHelper(t *testing.T) string {
-	t.Helper()
-	maxrssOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "efakit-maxrss")
-		if err != nil {
-			maxrssErr = err
-			return
-		}
-		maxrssBin = filepath.Join(dir, "maxrss")
-		b := exec.Command("go", "build", "-o", maxrssBin, "./cmd/efakit/testdata/maxrss")
-		b.Dir = filepath.Join(harness.Root, "plugin")
-		b.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if o, err := b.CombinedOutput(); err != nil {
-			maxrssErr = errors.New("go build maxrss: " + err.Error() + "\n" + string(o))
-		}
-	})
-	require.NoError(t, maxrssErr)
-	return maxrssBin
-}
-
 // explainPending runs efakit explain on a pod the shape left pending, as
 // a user would against the fleet's API server, and returns its wall time
 // and peak RSS. It must say that no node can serve the pod (exit 1) and
@@ -55,7 +23,12 @@ func explainPending(t *testing.T, c *harness.ControlPlane, pod string) (float64,
 	t.Helper()
 	cli, err := harness.CLIBinary()
 	require.NoError(t, err)
-	cmd := exec.Command(maxrssHelper(t), cli, "explain", "--pod", pod, "--kubeconfig", filepath.Join(c.Dir, "admin.kubeconfig"))
+	// maxrss starts efakit and prints its peak RSS: a child's maxrss
+	// starts from the peak of the process that started it, and this
+	// test's is large.
+	maxrss, err := harness.PluginCommand("./cmd/efakit/testdata/maxrss")
+	require.NoError(t, err)
+	cmd := exec.Command(maxrss, cli, "explain", "--pod", pod, "--kubeconfig", filepath.Join(c.Dir, "admin.kubeconfig"))
 	var kib, out bytes.Buffer // maxrss prints the peak, the command's output on its stderr
 	cmd.Stdout, cmd.Stderr = &kib, &out
 	start := time.Now()

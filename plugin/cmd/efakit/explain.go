@@ -100,6 +100,7 @@ type need struct{ alternatives []asked }
 type podClaim struct {
 	name      string // the pod's name for it
 	source    string // "ResourceClaim ns/x", or the template when the claim is not made yet
+	claimName string // the ResourceClaim's name; "" before it is made
 	allocated string // the node it is allocated on; "" when not allocated
 	needs     []need
 }
@@ -240,7 +241,7 @@ func explain(pod *corev1.Pod, claims []podClaim, nodes []corev1.Node, devices ma
 		var found []seen
 		// Each request alone, then the single-choice requests of a kind
 		// together.
-		total, free := map[deviceKind]int64{}, map[deviceKind]int64{}
+		total := map[deviceKind]int64{}
 		for _, c := range claims {
 			for _, nd := range c.needs {
 				var why []string
@@ -257,14 +258,13 @@ func explain(pod *corev1.Pod, claims []podClaim, nodes []corev1.Node, devices ma
 				}
 				if a := nd.alternatives[0]; len(nd.alternatives) == 1 && a.kind != kindOther && !a.all {
 					total[a.kind] += a.count
-					free[a.kind] = int64(d.published[a.kind] - d.allocated[a.kind])
 				}
 			}
 		}
 		if len(problems) == 0 {
 			for _, k := range []deviceKind{kindSingle, kindGroup} {
-				if total[k] > free[k] {
-					problems = append(problems, fmt.Sprintf("the requests together: %d %ss asked, the node has %d free", total[k], k, free[k]))
+				if free := int64(d.published[k] - d.allocated[k]); total[k] > free {
+					problems = append(problems, fmt.Sprintf("the requests together: %d %ss asked, the node has %d free", total[k], k, free))
 					found = append(found, seen{causeHeld, k, d.mode()})
 				}
 			}

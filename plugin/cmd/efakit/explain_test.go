@@ -319,7 +319,7 @@ func TestExplainCounts(t *testing.T) {
 	assert.Contains(t, out, "  request \"efa/single\": 1 single EFA (class efa.networking.k8s.aws)\n    or request \"efa/group\": 1 EFA group (class efa-group.networking.k8s.aws)\n")
 	assert.Contains(t, out, "can serve the EFA requests by kind and count")
 
-	// The lists were read in pages, the claims of every namespace once.
+	// Three nodes fit one page: no list went on with a continue token.
 	var continued bool
 	for _, r := range srv.seen {
 		continued = continued || strings.Contains(r, "continue=")
@@ -386,8 +386,23 @@ func TestExplainBoundAndAllocated(t *testing.T) {
 	waiting := pendingPod("waiting", "one-efa", map[string]string{"efakit.io/groups": "exclusive"})
 	waiting.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "efa", ResourceClaimName: &claimName}}
 	st.pods = append(st.pods, bound, waiting)
-	st.claims = append(st.claims, resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: claimName},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{efaRequest("efa", resources.DefaultGroupDeviceClass, 1)}}}})
+	// The pod's claim asks every group of a node and is allocated on
+	// excl-a already (the scheduler binds the pod next): its own devices
+	// hold nothing against it.
+	own := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: claimName},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "efa",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: resources.DefaultGroupDeviceClass, AllocationMode: resourceapi.DeviceAllocationModeAll}}}}}}
+	own.Status.Allocation = &resourceapi.AllocationResult{NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"excl-a"}}}}}}}
+	for _, s := range st.slices {
+		if *s.Spec.NodeName == "excl-a" {
+			for _, d := range s.Spec.Devices {
+				own.Status.Allocation.Devices.Results = append(own.Status.Allocation.Devices.Results,
+					resourceapi.DeviceRequestAllocationResult{Request: "efa", Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name})
+			}
+		}
+	}
+	st.claims = append(st.claims, own)
 	srv := newExplainServer(t, st)
 
 	code, out, _ := srv.explainCLI(t, "ml/bound")
@@ -396,7 +411,7 @@ func TestExplainBoundAndAllocated(t *testing.T) {
 
 	code, out, _ = srv.explainCLI(t, "ml/waiting")
 	assert.Equal(t, 0, code, out)
-	assert.Contains(t, out, `claim "efa" (ResourceClaim ml/waiting-efa-x7k2p):`)
+	assert.Contains(t, out, "claim \"efa\" (ResourceClaim ml/waiting-efa-x7k2p):\n  allocated on node excl-a\n  request \"efa\": every EFA group (class efa-group.networking.k8s.aws)\n")
 	assert.Contains(t, out, "2 nodes in exclusive mode (EFA groups only): excl-a, excl-b\n    can serve")
 }
 

@@ -114,12 +114,17 @@ func explainPod(ctx context.Context, a *kubeAPI, ns, name, driver string) (expla
 	if err != nil {
 		return explanation{}, fmt.Errorf("resource slices: %w", err)
 	}
-	// The devices claims hold, each counted once however many claims of
-	// a shared device name it.
+	// The devices other claims hold, each counted once however many
+	// claims of a shared device name it. The pod's own claims, allocated
+	// already, hold nothing against it.
+	own := map[string]bool{}
+	for _, c := range claims {
+		own[c.claimName] = true
+	}
 	held := map[ref]bool{}
 	err = listAll(ctx, a, "/apis/resource.k8s.io/v1/resourceclaims", nil, func(l *resourceapi.ResourceClaimList) {
 		for _, c := range l.Items {
-			if c.Status.Allocation == nil {
+			if c.Status.Allocation == nil || (c.Namespace == pod.Namespace && own[c.Name]) {
 				continue
 			}
 			for _, r := range c.Status.Allocation.Devices.Results {
@@ -179,7 +184,7 @@ func podClaims(ctx context.Context, a *kubeAPI, pod *corev1.Pod, driver string) 
 				errs = append(errs, fmt.Errorf("claim %s: %w", pc.Name, err))
 				continue
 			}
-			c.source = "ResourceClaim " + pod.Namespace + "/" + claimName
+			c.source, c.claimName = "ResourceClaim "+pod.Namespace+"/"+claimName, claimName
 			spec = rc.Spec
 			if al := rc.Status.Allocation; al != nil && al.NodeSelector != nil {
 				c.allocated = allocatedNode(al.NodeSelector)

@@ -438,12 +438,15 @@ func BuildBinaries() error {
 }
 
 // StopShared stops what the test binary shared among its tests: the
-// control plane APIServer started, and the plugin PluginBinary built.
+// control plane APIServer started, and the commands PluginCommand built.
 func StopShared() {
 	if cp != nil {
 		cp.Stop()
 	}
-	if pluginBin != "" {
-		_ = os.RemoveAll(filepath.Dir(pluginBin))
-	}
+	commands.Range(func(_, v any) bool {
+		if c := v.(*command); c.path != "" {
+			_ = os.RemoveAll(filepath.Dir(c.path))
+		}
+		return true
+	})
 }

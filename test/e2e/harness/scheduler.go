@@ -247,68 +247,55 @@ func AccelClass(drv string) *resourceapi.DeviceClass {
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}}}
 }
 
-var (
-	pluginOnce sync.Once
-	pluginBin  string
-	pluginErr  error
-)
-
 // PluginBinary builds plugin/cmd/efakit-plugin once for the test binary.
-func PluginBinary() (string, error) {
-	pluginOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "efakit-plugin-bin")
+func PluginBinary() (string, error) { return PluginCommand("./cmd/efakit-plugin") }
+
+// CLIBinary builds plugin/cmd/efakit once for the test binary.
+func CLIBinary() (string, error) { return PluginCommand("./cmd/efakit") }
+
+// commands holds the plugin module's commands built so far, by package.
+var commands sync.Map // string -> *command
+
+type command struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// PluginCommand builds a main package of the plugin module (pkg, such as
+// "./cmd/efakit") once for the test binary and returns the binary's path,
+// named after the package's directory. It builds as the image does
+// (static, -trimpath, -s -w): what runs on a node, and the image's build
+// reuses what it compiled; in the plugin module, with its own
+// requirements.
+func PluginCommand(pkg string) (string, error) {
+	v, _ := commands.LoadOrStore(pkg, &command{})
+	c := v.(*command)
+	c.once.Do(func() {
+		dir, err := os.MkdirTemp("", "efakit-bin")
 		if err != nil {
-			pluginErr = err
+			c.err = err
 			return
 		}
-		pluginBin = filepath.Join(dir, "efakit-plugin")
-		// As the image builds it (static, -trimpath, -s -w): what runs
-		// on a node, and the image's build reuses what it compiled.
-		// In the plugin module, with its own requirements, as the image.
-		b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", pluginBin, "./cmd/efakit-plugin")
+		c.path = filepath.Join(dir, filepath.Base(pkg))
+		b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", c.path, pkg)
 		b.Dir = filepath.Join(Root, "plugin")
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := b.CombinedOutput(); err != nil {
-			pluginErr = fmt.Errorf("go build efakit-plugin: %v\n%s", err, out)
+			c.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 			return
 		}
 		// Written back now: a test that measures the plugin's memory
 		// would otherwise see the just-linked file's dirty pages, which
 		// the kernel cannot drop (on a node the binary comes from an
 		// image layer written long before).
-		f, err := os.Open(pluginBin)
+		f, err := os.Open(c.path)
 		if err == nil {
 			err = errors.Join(f.Sync(), f.Close())
 		}
-		pluginErr = err
+		c.err = err
 	})
-	return pluginBin, pluginErr
-}
-
-var (
-	cliOnce sync.Once
-	cliBin  string
-	cliErr  error
-)
-
-// CLIBinary builds plugin/cmd/efakit once for the test binary, as the
-// image builds it (static, -trimpath, -s -w), and returns its path.
-func CLIBinary() (string, error) {
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "efakit-cli-bin")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliBin = filepath.Join(dir, "efakit")
-		b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", cliBin, "./cmd/efakit")
-		b.Dir = filepath.Join(Root, "plugin")
-		b.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := b.CombinedOutput(); err != nil {
-			cliErr = fmt.Errorf("go build efakit: %v\n%s", err, out)
-		}
-	})
-	return cliBin, cliErr
+	return c.path, c.err
 }
 
 // Start runs the efakit-plugin binary with the flags the DaemonSet gives
